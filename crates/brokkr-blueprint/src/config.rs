@@ -1,0 +1,198 @@
+//! The configuration file model, as written in YAML.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+/// One configuration file. In a directory of files, `broker` and `store` may each appear in at
+/// most one file; services and blueprints from all files are combined.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// Broker settings.
+    #[serde(default)]
+    pub broker: Option<BrokerConfig>,
+    /// Store URL: `sqlite://PATH` or `postgres://…`.
+    #[serde(default)]
+    pub store: Option<String>,
+    /// The OSB catalog.
+    #[serde(default)]
+    pub catalog: Option<CatalogConfig>,
+    /// One blueprint per plan.
+    #[serde(default)]
+    pub blueprints: Vec<Blueprint>,
+}
+
+/// The `catalog:` section: OSB service offerings, exactly as served.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// Service offerings.
+    #[serde(default)]
+    pub services: Vec<brokkr_osb::Service>,
+}
+
+/// The `broker:` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// Address to listen on (default `127.0.0.1:8080`).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// How platforms authenticate.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// Largest accepted request body in bytes (default 1 MiB).
+    #[serde(default)]
+    pub max_body_bytes: Option<usize>,
+    /// How long a deprovisioned instance or an unbound binding still answers `last_operation`
+    /// with `succeeded` (default 24h).
+    #[serde(default, with = "opt_duration")]
+    pub retention: Option<Duration>,
+    /// How long a synchronous request waits for its operation (default 60s).
+    #[serde(default, with = "opt_duration")]
+    pub sync_timeout: Option<Duration>,
+}
+
+/// Platform credentials. With none configured (here or in the environment), `serve` generates a
+/// password on first start.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Basic auth user name.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Basic auth password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Accepted bearer tokens.
+    #[serde(default)]
+    pub bearer_tokens: Vec<String>,
+}
+
+/// What one plan does.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Blueprint {
+    /// The service offering's name.
+    pub service: String,
+    /// The plan's name.
+    pub plan: String,
+    /// How long an operation of this plan may take before it fails (default 24h).
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deadline: Option<Duration>,
+    /// The instance's lifecycle.
+    #[serde(default)]
+    pub instance: InstanceBlueprint,
+    /// The lifecycle of a binding; required when the plan is bindable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<BindingBlueprint>,
+}
+
+/// Steps of provision, update and deprovision.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceBlueprint {
+    /// Ordered steps; each names the operations it runs in.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+}
+
+/// Steps of bind and unbind, and the credentials a binding returns.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingBlueprint {
+    /// Ordered steps; each names the operations it runs in.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// A template tree that renders to the credentials map (see [`crate::template`]).
+    pub credentials: Value,
+}
+
+/// An operation a step can take part in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Creating an instance.
+    Provision,
+    /// Changing an instance's plan or parameters.
+    Update,
+    /// Removing an instance.
+    Deprovision,
+    /// Creating a binding.
+    Bind,
+    /// Removing a binding.
+    Unbind,
+}
+
+impl Phase {
+    /// The name used in configuration and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provision => "provision",
+            Self::Update => "update",
+            Self::Deprovision => "deprovision",
+            Self::Bind => "bind",
+            Self::Unbind => "unbind",
+        }
+    }
+}
+
+/// One step of an operation. Exactly one action field is set.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Unique within its list; shown in operation descriptions.
+    pub name: String,
+    /// The operations this step runs in. Instance steps default to provision and update; binding
+    /// steps to bind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<Vec<Phase>>,
+    /// Action: wait this long, without holding a worker, before the next step.
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delay: Option<Duration>,
+}
+
+impl Step {
+    /// Whether the step runs in `phase`, given the defaults of the list it belongs to.
+    pub fn runs_in(&self, phase: Phase, defaults: &[Phase]) -> bool {
+        self.on.as_deref().unwrap_or(defaults).contains(&phase)
+    }
+}
+
+/// Phases instance steps run in when they do not say.
+pub const INSTANCE_STEP_DEFAULTS: &[Phase] = &[Phase::Provision, Phase::Update];
+/// Phases binding steps run in when they do not say.
+pub const BINDING_STEP_DEFAULTS: &[Phase] = &[Phase::Bind];
+
+/// Durations written as humantime strings: `50ms`, `2s`, `5m`, `24h`.
+pub mod opt_duration {
+    use super::*;
+
+    /// Parses an optional humantime duration.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        humantime::parse_duration(&text)
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration {text:?}: {e}")))
+    }
+
+    /// Writes an optional duration as a humantime string.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! brokkr's configuration: what the broker offers and what each plan does.
+//!
+//! A configuration is one YAML file or a directory of them. It declares the broker's own settings
+//! ([`config::BrokerConfig`]), the OSB catalog, and one [`config::Blueprint`] per plan: the ordered
+//! steps of each operation on an instance and on its bindings, and the template that becomes a
+//! binding's credentials. [`load`] reads and validates a configuration into a [`Config`] — a
+//! read-only index the broker and the engine share — and reports every problem with the file and the
+//! field it concerns.
+//!
+//! This crate does no I/O beyond reading configuration files: [`template`] renders typed template
+//! trees, [`credentials`] checks credentials against the servicebinding.io well-known entries, and
+//! [`schema`] validates parameters against a plan's JSON Schemas.
+
+pub mod config;
+pub mod credentials;
+pub mod load;
+pub mod schema;
+pub mod template;
+
+pub use config::{Blueprint, BrokerConfig, Phase, Step};
+pub use load::{Config, ConfigError, PlanEntry};
+
+/// The built-in quickstart configuration served by `brokkr serve` when no `--config` is given.
+pub const QUICKSTART: &str = include_str!("../../../catalogs/quickstart/quickstart.yaml");

@@ -1,0 +1,608 @@
+//! Reading a configuration from YAML and checking everything that can be known before a request.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use brokkr_osb::{Catalog, Plan, Service};
+use serde_json::Value;
+
+use crate::config::{
+    BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase, Step,
+};
+use crate::schema::ParameterSchema;
+use crate::template::Renderer;
+
+/// One problem in a configuration, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as given.
+    pub file: String,
+    /// The field path, e.g. `catalog.services[0].plans[1].id`; empty for syntax errors.
+    pub field: String,
+    /// What is wrong; for syntax errors, the parser's report with line, column and snippet.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.field, self.message)
+        }
+    }
+}
+
+/// Every problem found in a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// A plan with everything needed to serve it.
+#[derive(Debug)]
+pub struct PlanEntry {
+    /// The service offering (its `plans` list is left empty here).
+    pub service: Service,
+    /// The plan.
+    pub plan: Plan,
+    /// What the plan does.
+    pub blueprint: Blueprint,
+    /// Compiled `service_instance.create` schema.
+    pub instance_create_schema: Option<ParameterSchema>,
+    /// Compiled `service_instance.update` schema.
+    pub instance_update_schema: Option<ParameterSchema>,
+    /// Compiled `service_binding.create` schema.
+    pub binding_create_schema: Option<ParameterSchema>,
+}
+
+impl PlanEntry {
+    /// Whether instances of the plan can be bound.
+    pub fn bindable(&self) -> bool {
+        self.plan.is_bindable(&self.service)
+    }
+
+    /// Whether the plan may be changed by an update.
+    pub fn plan_updateable(&self) -> bool {
+        self.plan.is_plan_updateable(&self.service)
+    }
+
+    /// The steps an instance operation of `phase` runs, in order.
+    pub fn instance_steps(&self, phase: Phase) -> Vec<Step> {
+        select(
+            &self.blueprint.instance.steps,
+            phase,
+            INSTANCE_STEP_DEFAULTS,
+        )
+    }
+
+    /// The steps a binding operation of `phase` runs, in order.
+    pub fn binding_steps(&self, phase: Phase) -> Vec<Step> {
+        let steps = self.blueprint.binding.as_ref().map(|b| b.steps.as_slice());
+        select(steps.unwrap_or_default(), phase, BINDING_STEP_DEFAULTS)
+    }
+}
+
+fn select(steps: &[Step], phase: Phase, defaults: &[Phase]) -> Vec<Step> {
+    steps
+        .iter()
+        .filter(|s| s.runs_in(phase, defaults))
+        .cloned()
+        .collect()
+}
+
+/// A validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Broker settings.
+    pub broker: BrokerConfig,
+    /// Store URL, if the configuration names one.
+    pub store: Option<String>,
+    /// The catalog as served.
+    pub catalog: Catalog,
+    catalog_json: Arc<[u8]>,
+    plans: HashMap<(String, String), Arc<PlanEntry>>,
+}
+
+impl Config {
+    /// Looks up a plan by service offering id and plan id.
+    pub fn plan(&self, service_id: &str, plan_id: &str) -> Option<&Arc<PlanEntry>> {
+        self.plans.get(&(service_id.to_owned(), plan_id.to_owned()))
+    }
+
+    /// The serialized `GET /v2/catalog` body.
+    pub fn catalog_json(&self) -> Arc<[u8]> {
+        self.catalog_json.clone()
+    }
+}
+
+/// Loads a configuration from a YAML file or from every `*.yaml`/`*.yml` file of a directory.
+pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
+    let io_err = |file: &Path, e: std::io::Error| {
+        ConfigErrors(vec![ConfigError {
+            file: file.display().to_string(),
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        }])
+    };
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| io_err(path, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+            })
+            .collect();
+        files.sort();
+        files
+    } else {
+        vec![path.to_owned()]
+    };
+    let mut sources = Vec::with_capacity(files.len());
+    for file in &files {
+        let text = std::fs::read_to_string(file).map_err(|e| io_err(file, e))?;
+        sources.push((file.display().to_string(), text));
+    }
+    load_sources(&sources)
+}
+
+/// Loads a configuration from `(name, yaml)` pairs; names appear in error messages.
+pub fn load_sources(sources: &[(String, String)]) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    for (name, text) in sources {
+        match parse(text) {
+            Ok(file) => files.push((name.clone(), file)),
+            Err(message) => errors.push(ConfigError {
+                file: name.clone(),
+                field: String::new(),
+                message,
+            }),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    Validator::default().run(files)
+}
+
+/// Loads a single YAML document.
+pub fn load_str(name: &str, yaml: &str) -> Result<Config, ConfigErrors> {
+    load_sources(&[(name.to_owned(), yaml.to_owned())])
+}
+
+fn parse(text: &str) -> Result<File, String> {
+    if text.trim().is_empty() {
+        return Ok(File::default());
+    }
+    let options = serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+    };
+    serde_saphyr::from_str_with_options(text, options).map_err(|e| e.to_string())
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<ConfigError>,
+}
+
+impl Validator {
+    fn error(&mut self, file: &str, field: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: file.to_owned(),
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn run(mut self, files: Vec<(String, File)>) -> Result<Config, ConfigErrors> {
+        let mut broker: Option<(String, BrokerConfig)> = None;
+        let mut store: Option<(String, String)> = None;
+        let mut services: Vec<(String, usize, Service)> = Vec::new();
+        let mut blueprints: Vec<(String, usize, Blueprint)> = Vec::new();
+        for (name, file) in files {
+            if let Some(b) = file.broker {
+                match &broker {
+                    Some((first, _)) => {
+                        self.error(&name, "broker", format!("already defined in {first}"))
+                    }
+                    None => broker = Some((name.clone(), b)),
+                }
+            }
+            if let Some(s) = file.store {
+                match &store {
+                    Some((first, _)) => {
+                        self.error(&name, "store", format!("already defined in {first}"))
+                    }
+                    None => store = Some((name.clone(), s)),
+                }
+            }
+            for (i, s) in file
+                .catalog
+                .unwrap_or_default()
+                .services
+                .into_iter()
+                .enumerate()
+            {
+                services.push((name.clone(), i, s));
+            }
+            for (i, b) in file.blueprints.into_iter().enumerate() {
+                blueprints.push((name.clone(), i, b));
+            }
+        }
+        if let Some((file, b)) = &broker {
+            if let Some(listen) = &b.listen {
+                if listen.parse::<std::net::SocketAddr>().is_err() {
+                    self.error(
+                        file,
+                        "broker.listen",
+                        "must be an address like 127.0.0.1:8080",
+                    );
+                }
+            }
+        }
+
+        self.check_catalog(&services);
+        let mut plans = HashMap::new();
+        let mut seen = HashSet::new();
+        let renderer = Renderer::new();
+        for (file, i, blueprint) in blueprints {
+            let field = format!("blueprints[{i}]");
+            let found = services.iter().find_map(|(_, _, s)| {
+                (s.name == blueprint.service)
+                    .then(|| {
+                        s.plans
+                            .iter()
+                            .find(|p| p.name == blueprint.plan)
+                            .map(|p| (s, p))
+                    })
+                    .flatten()
+            });
+            let Some((service, plan)) = found else {
+                self.error(
+                    &file,
+                    &field,
+                    format!(
+                        "no plan {:?} of service {:?} in the catalog",
+                        blueprint.plan, blueprint.service
+                    ),
+                );
+                continue;
+            };
+            if !seen.insert((service.id.clone(), plan.id.clone())) {
+                self.error(
+                    &file,
+                    &field,
+                    format!(
+                        "plan {:?} of service {:?} already has a blueprint",
+                        plan.name, service.name
+                    ),
+                );
+                continue;
+            }
+            self.check_blueprint(
+                &file,
+                &field,
+                &blueprint,
+                plan.is_bindable(service),
+                &renderer,
+            );
+            let entry = plan_entry(service, plan, blueprint);
+            plans.insert((service.id.clone(), plan.id.clone()), Arc::new(entry));
+        }
+        for (file, i, service) in &services {
+            for (j, plan) in service.plans.iter().enumerate() {
+                if !seen.contains(&(service.id.clone(), plan.id.clone())) {
+                    self.error(
+                        file,
+                        format!("catalog.services[{i}].plans[{j}]"),
+                        format!(
+                            "plan {:?} of service {:?} has no blueprint",
+                            plan.name, service.name
+                        ),
+                    );
+                }
+            }
+        }
+        if !self.errors.is_empty() {
+            return Err(ConfigErrors(self.errors));
+        }
+        let catalog = Catalog {
+            services: services.into_iter().map(|(_, _, s)| s).collect(),
+        };
+        let catalog_json = serde_json::to_vec(&catalog)
+            .expect("a catalog always serializes")
+            .into();
+        Ok(Config {
+            broker: broker.map(|(_, b)| b).unwrap_or_default(),
+            store: store.map(|(_, s)| s),
+            catalog,
+            catalog_json,
+            plans,
+        })
+    }
+
+    fn check_catalog(&mut self, services: &[(String, usize, Service)]) {
+        let mut service_ids = HashSet::new();
+        let mut service_names = HashSet::new();
+        let mut plan_ids = HashSet::new();
+        for (file, i, s) in services {
+            let at = format!("catalog.services[{i}]");
+            for (field, value) in [
+                ("id", &s.id),
+                ("name", &s.name),
+                ("description", &s.description),
+            ] {
+                if value.trim().is_empty() {
+                    self.error(file, format!("{at}.{field}"), "must be a non-empty string");
+                }
+            }
+            if !service_ids.insert(&s.id) {
+                self.error(
+                    file,
+                    format!("{at}.id"),
+                    format!("duplicate service id {:?}", s.id),
+                );
+            }
+            if !service_names.insert(&s.name) {
+                self.error(
+                    file,
+                    format!("{at}.name"),
+                    format!("duplicate service name {:?}", s.name),
+                );
+            }
+            if s.plans.is_empty() {
+                self.error(
+                    file,
+                    format!("{at}.plans"),
+                    "a service needs at least one plan",
+                );
+            }
+            let mut plan_names = HashSet::new();
+            for (j, p) in s.plans.iter().enumerate() {
+                let at = format!("{at}.plans[{j}]");
+                for (field, value) in [
+                    ("id", &p.id),
+                    ("name", &p.name),
+                    ("description", &p.description),
+                ] {
+                    if value.trim().is_empty() {
+                        self.error(file, format!("{at}.{field}"), "must be a non-empty string");
+                    }
+                }
+                if !plan_ids.insert(&p.id) {
+                    self.error(
+                        file,
+                        format!("{at}.id"),
+                        format!("duplicate plan id {:?}", p.id),
+                    );
+                }
+                if !plan_names.insert(&p.name) {
+                    self.error(
+                        file,
+                        format!("{at}.name"),
+                        format!("duplicate plan name {:?}", p.name),
+                    );
+                }
+                if let Some(mi) = &p.maintenance_info {
+                    if semver::Version::parse(&mi.version).is_err() {
+                        self.error(
+                            file,
+                            format!("{at}.maintenance_info.version"),
+                            "must be a semantic version 2.0 string, like 1.2.3",
+                        );
+                    }
+                }
+                let schemas = [
+                    ("service_instance.create", p.instance_create_schema()),
+                    ("service_instance.update", p.instance_update_schema()),
+                    ("service_binding.create", p.binding_create_schema()),
+                ];
+                for (name, schema) in schemas {
+                    if let Some(Err(e)) = schema.map(ParameterSchema::compile) {
+                        self.error(file, format!("{at}.schemas.{name}.parameters"), e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_blueprint(
+        &mut self,
+        file: &str,
+        at: &str,
+        blueprint: &Blueprint,
+        bindable: bool,
+        renderer: &Renderer,
+    ) {
+        let instance_phases = [Phase::Provision, Phase::Update, Phase::Deprovision];
+        self.check_steps(
+            file,
+            &format!("{at}.instance.steps"),
+            &blueprint.instance.steps,
+            &instance_phases,
+        );
+        match (&blueprint.binding, bindable) {
+            (None, true) => self.error(
+                file,
+                at,
+                "the plan is bindable, so its blueprint needs a `binding` section",
+            ),
+            (Some(_), false) => self.error(
+                file,
+                format!("{at}.binding"),
+                "the plan is not bindable; remove this section or set `bindable: true`",
+            ),
+            (Some(binding), true) => {
+                self.check_steps(
+                    file,
+                    &format!("{at}.binding.steps"),
+                    &binding.steps,
+                    &[Phase::Bind, Phase::Unbind],
+                );
+                if let Err(e) = renderer.check(&binding.credentials) {
+                    self.error(file, format!("{at}.binding.credentials"), e.to_string());
+                }
+            }
+            (None, false) => {}
+        }
+    }
+
+    fn check_steps(&mut self, file: &str, at: &str, steps: &[Step], allowed: &[Phase]) {
+        let mut names = HashSet::new();
+        for (i, step) in steps.iter().enumerate() {
+            let at = format!("{at}[{i}]");
+            if step.name.trim().is_empty() {
+                self.error(file, format!("{at}.name"), "must be a non-empty string");
+            }
+            if !names.insert(&step.name) {
+                self.error(
+                    file,
+                    format!("{at}.name"),
+                    format!("duplicate step name {:?}", step.name),
+                );
+            }
+            if step.delay.is_none() {
+                self.error(file, &at, "a step needs an action (`delay`)");
+            }
+            for phase in step.on.iter().flatten() {
+                if !allowed.contains(phase) {
+                    let allowed: Vec<_> = allowed.iter().map(|p| p.as_str()).collect();
+                    self.error(
+                        file,
+                        format!("{at}.on"),
+                        format!("`{}` is not one of {}", phase.as_str(), allowed.join(", ")),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Builds the served form of a plan; its schemas have already been checked.
+fn plan_entry(service: &Service, plan: &Plan, blueprint: Blueprint) -> PlanEntry {
+    let compile = |s: Option<&Value>| s.and_then(|s| ParameterSchema::compile(s).ok());
+    PlanEntry {
+        service: Service {
+            plans: Vec::new(),
+            ..service.clone()
+        },
+        plan: plan.clone(),
+        instance_create_schema: compile(plan.instance_create_schema()),
+        instance_update_schema: compile(plan.instance_update_schema()),
+        binding_create_schema: compile(plan.binding_create_schema()),
+        blueprint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn quickstart_loads_and_renders_credentials() {
+        let config = load_str("quickstart.yaml", crate::QUICKSTART).unwrap();
+        let service = &config.catalog.services[0];
+        let entry = config.plan(&service.id, &service.plans[0].id).unwrap();
+        assert!(entry.bindable() && entry.plan_updateable());
+        assert_eq!(entry.instance_steps(Phase::Deprovision).len(), 1);
+        let credentials = &entry.blueprint.binding.as_ref().unwrap().credentials;
+        let instance = json!({"parameters": {"credentials": {"type": "mysql", "host": "a"}}});
+        let out = Renderer::new()
+            .render(
+                credentials,
+                &json!({"instance": instance, "parameters": {}}),
+            )
+            .unwrap();
+        assert_eq!(out, json!({"type": "mysql", "host": "a"}));
+        let out = Renderer::new()
+            .render(
+                credentials,
+                &json!({"instance": instance, "parameters": {"credentials": {"host": "b"}}}),
+            )
+            .unwrap();
+        assert_eq!(out, json!({"type": "mysql", "host": "b"}));
+    }
+
+    fn errors(yaml: &str) -> Vec<String> {
+        load_str("broken.yaml", yaml)
+            .unwrap_err()
+            .0
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn every_plan_needs_exactly_one_matching_blueprint() {
+        let base = "catalog:\n  services:\n  - {name: s, id: s1, description: d, bindable: true,\n     plans: [{name: p, id: p1, description: d}, {name: q, id: q1, description: d}]}\n";
+        let errs = errors(&format!(
+            "{base}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}}}}}\n- {{service: s, plan: p}}\n- {{service: s, plan: nope}}\n"
+        ));
+        assert!(
+            errs.iter().any(|e| e
+                .contains("blueprints[1]: plan \"p\" of service \"s\" already has a blueprint")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("blueprints[2]: no plan \"nope\"")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains(
+                "catalog.services[0].plans[1]: plan \"q\" of service \"s\" has no blueprint"
+            )),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_file_and_line() {
+        let errs = errors("catalog:\n  services: [\n");
+        assert!(errs[0].starts_with("broken.yaml: "), "{errs:?}");
+        let errs = errors("catalog:\n  servics: []\n");
+        assert!(errs[0].contains("servics"), "{errs:?}");
+        assert!(errs[0].contains('2'), "names line 2: {errs:?}");
+    }
+
+    #[test]
+    fn catalog_rules_are_enforced() {
+        let errs = errors(
+            "catalog:\n  services:\n  - {name: s, id: s1, description: d, bindable: false, plans: [\n      {name: p, id: p1, description: d, maintenance_info: {version: one},\n       schemas: {service_instance: {create: {parameters: {type: object}}}}}]}\n  - {name: s, id: s1, description: '', bindable: false, plans: []}\nblueprints:\n- {service: s, plan: p, binding: {credentials: {}}, instance: {steps: [{name: a}, {name: a, delay: 1s, on: [bind]}]}}\n",
+        );
+        for expected in [
+            "maintenance_info.version: must be a semantic version",
+            "schemas.service_instance.create.parameters: a schema must declare its draft",
+            "catalog.services[1].id: duplicate service id",
+            "catalog.services[1].description: must be a non-empty string",
+            "catalog.services[1].plans: a service needs at least one plan",
+            "blueprints[0].binding: the plan is not bindable",
+            "instance.steps[0]: a step needs an action",
+            "instance.steps[1].name: duplicate step name",
+            "instance.steps[1].on: `bind` is not one of provision, update, deprovision",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(expected)),
+                "{expected}\n{errs:#?}"
+            );
+        }
+    }
+}

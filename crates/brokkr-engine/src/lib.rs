@@ -1,0 +1,2 @@
+//! placeholder
+#![allow(missing_docs)]
