@@ -1,2 +1,27 @@
-//! placeholder
-#![allow(missing_docs)]
+//! brokkr's durable operations.
+//!
+//! Every provision, update, deprovision, bind and unbind is an [`Operation`] recorded in a
+//! [`Store`] together with the resource it acts on, before the platform hears about it. The
+//! [`Engine`] runs an operation's steps in order, persisting progress after each one, so that an
+//! operation survives a restart or a crash of the process and ends `succeeded` or `failed` —
+//! at the latest at its deadline.
+//!
+//! - [`model`]: resources, operations and their states;
+//! - [`store`]: the [`Store`] trait and its SQL implementation for SQLite and PostgreSQL;
+//! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines.
+
+pub mod model;
+pub mod runner;
+pub mod store;
+
+pub use model::{Key, OpKind, OpPlan, Operation, Resource, Status};
+pub use runner::{Engine, EngineOptions};
+pub use store::{Store, StoreError, connect};
+
+/// Milliseconds since the Unix epoch, the time unit of the store.
+pub fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,413 @@
+//! Binding endpoints: bind, unbind, fetch and last_operation.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get;
+use brokkr_blueprint::Phase;
+use brokkr_engine::store::Created;
+use brokkr_engine::{Key, OpKind, OpPlan, Resource, Status};
+use brokkr_osb::OperationState;
+use brokkr_osb::messages::{BindRequest, BindingResource};
+use serde_json::{Map, Value, json};
+use tracing::info;
+
+use crate::body::{Query, check_id, read_json};
+use crate::error::ApiError;
+use crate::instances::{
+    ApiResult, accepted, json_response, launch, new_operation, plan_entry, poll_response,
+    validate_parameters,
+};
+use crate::{AppState, Broker};
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v2/service_instances/{instance_id}/service_bindings/{binding_id}",
+            get(fetch).put(bind).delete(unbind),
+        )
+        .route(
+            "/v2/service_instances/{instance_id}/service_bindings/{binding_id}/last_operation",
+            get(last_operation),
+        )
+}
+
+fn check_ids(instance_id: &str, binding_id: &str) -> Result<(), ApiError> {
+    check_id("instance_id", instance_id)?;
+    check_id("binding_id", binding_id)
+}
+
+fn binding_attrs(req: &BindRequest, parameters: Option<Map<String, Value>>) -> Value {
+    let mut attrs = Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            attrs.insert(k.to_owned(), v);
+        }
+    };
+    put("parameters", parameters.map(Value::Object));
+    put("context", req.context.clone().map(Value::Object));
+    put("app_guid", req.app_guid.clone().map(Value::String));
+    put(
+        "bind_resource",
+        req.bind_resource.clone().map(Value::Object),
+    );
+    put(
+        "predecessor_binding_id",
+        req.predecessor_binding_id.clone().map(Value::String),
+    );
+    Value::Object(attrs)
+}
+
+fn binding_body(r: &Resource, with_parameters: bool) -> BindingResource {
+    BindingResource {
+        credentials: r.outputs["credentials"].as_object().cloned(),
+        parameters: with_parameters
+            .then(|| {
+                r.attrs
+                    .get("parameters")
+                    .and_then(|p| p.as_object().cloned())
+            })
+            .flatten(),
+        ..Default::default()
+    }
+}
+
+/// A binding's attributes without `context`, which platforms may refresh between retries.
+fn identity(r: &Resource) -> (String, String, Value) {
+    let mut attrs = r.attrs.clone();
+    if let Some(map) = attrs.as_object_mut() {
+        map.remove("context");
+    }
+    (r.service_id.clone(), r.plan_id.clone(), attrs)
+}
+
+async fn bind(
+    State(broker): State<AppState>,
+    Path((instance_id, binding_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    check_ids(&instance_id, &binding_id)?;
+    let query = Query::parse(query.as_deref())?;
+    let accepts_incomplete = query.accepts_incomplete()?;
+    let req = BindRequest::from_slice(&read_json(&headers, body, broker.max_body_bytes()).await?)
+        .map_err(|e| ApiError::bad_request(e.0))?;
+    let store = broker.engine.store();
+    let Some(instance) = store
+        .get(&Key::instance(&instance_id))
+        .await?
+        .filter(|r| r.status != Status::Deleted)
+    else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("instance {instance_id} does not exist"),
+        ));
+    };
+    if req.service_id != instance.service_id || req.plan_id != instance.plan_id {
+        return Err(ApiError::bad_request(format!(
+            "instance {instance_id} has service_id {:?} and plan_id {:?}",
+            instance.service_id, instance.plan_id
+        )));
+    }
+    let entry = plan_entry(&broker, &req.service_id, &req.plan_id)?;
+    let Some(blueprint) = entry
+        .blueprint
+        .binding
+        .as_ref()
+        .filter(|_| entry.bindable())
+    else {
+        return Err(ApiError::bad_request(format!(
+            "plan {:?} is not bindable",
+            entry.plan.name
+        )));
+    };
+    validate_parameters(
+        entry.binding_create_schema.as_ref(),
+        req.parameters.as_ref(),
+    )?;
+    let mut parameters = req.parameters.clone();
+    if let Some(predecessor) = &req.predecessor_binding_id {
+        if entry.plan.binding_rotatable != Some(true) {
+            return Err(ApiError::bad_request(format!(
+                "bindings of plan {:?} cannot be rotated",
+                entry.plan.name
+            )));
+        }
+        let Some(old) = store
+            .get(&Key::binding(&instance_id, predecessor))
+            .await?
+            .filter(|b| b.status == Status::Ready)
+        else {
+            return Err(ApiError::bad_request(format!(
+                "predecessor binding {predecessor} does not exist"
+            )));
+        };
+        if parameters.is_none() {
+            parameters = old.attrs["parameters"].as_object().cloned();
+        }
+    }
+
+    let key = Key::binding(&instance_id, &binding_id);
+    let steps = entry.binding_steps(Phase::Bind);
+    let plan = OpPlan {
+        steps,
+        credentials: Some(blueprint.credentials.clone()),
+    };
+    let op = new_operation(&broker, Some(entry), OpKind::Bind, plan, json!({}));
+    let resource = Resource {
+        key: key.clone(),
+        service_id: req.service_id.clone(),
+        plan_id: req.plan_id.clone(),
+        attrs: binding_attrs(&req, parameters),
+        status: Status::Creating,
+        outputs: json!({}),
+        dashboard_url: None,
+        op,
+        created_at: brokkr_engine::now_ms(),
+        deleted_at: None,
+    };
+    let needs_async = !resource.op.plan.steps.is_empty();
+
+    for _ in 0..3 {
+        let existing = store
+            .get(&key)
+            .await?
+            .filter(|r| r.status != Status::Deleted);
+        let Some(existing) = existing else {
+            if instance.status != Status::Ready || instance.op.in_progress() {
+                return Err(instance_busy(&instance));
+            }
+            // Credentials that could never be valid are a bad request, refused before any change.
+            broker
+                .engine
+                .credentials(&instance, &resource)
+                .map_err(|reason| ApiError::bad_request(format!("invalid parameters: {reason}")))?;
+            if needs_async && !accepts_incomplete {
+                return Err(ApiError::async_required());
+            }
+            match store.create(&resource).await? {
+                Created::Inserted => {
+                    info!(instance_id, binding_id, operation = %resource.op.id, "binding");
+                    return started(&broker, &resource).await;
+                }
+                Created::Exists(_) => continue,
+            }
+        };
+        if identity(&existing) != identity(&resource) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("binding {binding_id} already exists with different attributes"),
+            ));
+        }
+        let op = &existing.op;
+        if op.in_progress() && op.kind != OpKind::Bind {
+            return Err(ApiError::concurrency(format!(
+                "an unbind of binding {binding_id} is in progress"
+            )));
+        }
+        match existing.status {
+            Status::Creating if op.in_progress() => {
+                if accepts_incomplete {
+                    return Ok(accepted(op));
+                }
+                let done = broker
+                    .engine
+                    .wait(&key, &op.id, broker.sync_timeout())
+                    .await?;
+                return match done {
+                    Some(r) if r.status == Status::Ready => {
+                        Ok(json_response(StatusCode::OK, &binding_body(&r, false)))
+                    }
+                    _ => Err(ApiError::concurrency(format!(
+                        "binding {binding_id} is being created"
+                    ))),
+                };
+            }
+            Status::Ready => {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &binding_body(&existing, false),
+                ));
+            }
+            _ => {
+                if instance.status != Status::Ready || instance.op.in_progress() {
+                    return Err(instance_busy(&instance));
+                }
+                if needs_async && !accepts_incomplete {
+                    return Err(ApiError::async_required());
+                }
+                let mut retry = resource.clone();
+                retry.op.id = uuid::Uuid::new_v4().to_string();
+                if store
+                    .start(&key, &op.id, &retry.op, Status::Creating)
+                    .await?
+                {
+                    info!(instance_id, binding_id, operation = %retry.op.id, "binding again after a failure");
+                    return started(&broker, &retry).await;
+                }
+            }
+        }
+    }
+    Err(ApiError::concurrency(format!(
+        "binding {binding_id} is being changed by another request"
+    )))
+}
+
+fn instance_busy(instance: &Resource) -> ApiError {
+    let id = &instance.key.instance_id;
+    if instance.op.in_progress() {
+        ApiError::concurrency(format!(
+            "a {} of instance {id} is in progress",
+            instance.op.kind.as_str()
+        ))
+    } else {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("instance {id} is not usable: its provision failed"),
+        )
+    }
+}
+
+async fn started(broker: &Broker, r: &Resource) -> ApiResult {
+    match launch(broker, &r.key, &r.op).await? {
+        None => Ok(accepted(&r.op)),
+        Some(done) if done.op.state == OperationState::Succeeded => match r.op.kind {
+            OpKind::Bind => Ok(json_response(
+                StatusCode::CREATED,
+                &binding_body(&done, false),
+            )),
+            _ => Ok(json_response(StatusCode::OK, &json!({}))),
+        },
+        Some(done) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            done.op
+                .description
+                .unwrap_or_else(|| format!("{} failed", r.op.kind.as_str())),
+        )),
+    }
+}
+
+async fn unbind(
+    State(broker): State<AppState>,
+    Path((instance_id, binding_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    check_ids(&instance_id, &binding_id)?;
+    let query = Query::parse(query.as_deref())?;
+    let accepts_incomplete = query.accepts_incomplete()?;
+    let service_id = query.required("service_id")?;
+    let plan_id = query.required("plan_id")?;
+    let key = Key::binding(&instance_id, &binding_id);
+    let store = broker.engine.store();
+    for _ in 0..3 {
+        let Some(current) = store
+            .get(&key)
+            .await?
+            .filter(|r| r.status != Status::Deleted)
+        else {
+            return Ok(json_response(StatusCode::GONE, &json!({})));
+        };
+        if service_id != current.service_id || plan_id != current.plan_id {
+            return Err(ApiError::bad_request(format!(
+                "binding {binding_id} has service_id {:?} and plan_id {:?}",
+                current.service_id, current.plan_id
+            )));
+        }
+        if current.op.in_progress() && current.op.kind == OpKind::Unbind {
+            if accepts_incomplete {
+                return Ok(accepted(&current.op));
+            }
+            let done = broker
+                .engine
+                .wait(&key, &current.op.id, broker.sync_timeout())
+                .await?;
+            return match done {
+                Some(r) if r.status != Status::Deleted => Err(ApiError::concurrency(format!(
+                    "binding {binding_id} is being unbound"
+                ))),
+                _ => Ok(json_response(StatusCode::OK, &json!({}))),
+            };
+        }
+        let entry = broker.config.plan(&current.service_id, &current.plan_id);
+        let steps = entry
+            .map(|e| e.binding_steps(Phase::Unbind))
+            .unwrap_or_default();
+        if !steps.is_empty() && !accepts_incomplete {
+            return Err(ApiError::async_required());
+        }
+        let plan = OpPlan {
+            steps,
+            credentials: None,
+        };
+        let op = new_operation(
+            &broker,
+            entry.map(|e| e.as_ref()),
+            OpKind::Unbind,
+            plan,
+            json!({}),
+        );
+        // An unbind during a bind halts the bind and removes what it made.
+        let status = if current.status == Status::Creating {
+            Status::Failed
+        } else {
+            current.status
+        };
+        if store.start(&key, &current.op.id, &op, status).await? {
+            info!(instance_id, binding_id, operation = %op.id, "unbinding");
+            let r = Resource {
+                op,
+                status,
+                ..current
+            };
+            return started(&broker, &r).await;
+        }
+    }
+    Err(ApiError::concurrency(format!(
+        "binding {binding_id} is being changed by another request"
+    )))
+}
+
+async fn fetch(
+    State(broker): State<AppState>,
+    Path((instance_id, binding_id)): Path<(String, String)>,
+) -> ApiResult {
+    check_ids(&instance_id, &binding_id)?;
+    let r = broker
+        .engine
+        .store()
+        .get(&Key::binding(&instance_id, &binding_id))
+        .await?
+        .filter(|r| r.status == Status::Ready)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("binding {binding_id} does not exist"),
+            )
+        })?;
+    let retrievable = broker
+        .config
+        .catalog
+        .service(&r.service_id)
+        .is_none_or(|s| s.bindings_retrievable.unwrap_or(false));
+    if !retrievable {
+        return Err(ApiError::bad_request(
+            "bindings of this service are not retrievable",
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &binding_body(&r, true)))
+}
+
+async fn last_operation(
+    State(broker): State<AppState>,
+    Path((instance_id, binding_id)): Path<(String, String)>,
+) -> ApiResult {
+    check_ids(&instance_id, &binding_id)?;
+    let r = broker
+        .engine
+        .store()
+        .get(&Key::binding(&instance_id, &binding_id))
+        .await?;
+    poll_response(r, || format!("binding {binding_id} does not exist"))
+}

@@ -1,0 +1,224 @@
+//! What the store keeps: resources (instances and bindings), each with its current operation.
+
+use brokkr_blueprint::Step;
+use brokkr_osb::OperationState;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Identifies an instance (`binding_id` is `None`) or one of its bindings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// The instance id chosen by the platform.
+    pub instance_id: String,
+    /// The binding id, for bindings.
+    pub binding_id: Option<String>,
+}
+
+impl Key {
+    /// The key of an instance.
+    pub fn instance(id: &str) -> Self {
+        Self {
+            instance_id: id.to_owned(),
+            binding_id: None,
+        }
+    }
+
+    /// The key of a binding.
+    pub fn binding(instance_id: &str, binding_id: &str) -> Self {
+        Self {
+            instance_id: instance_id.to_owned(),
+            binding_id: Some(binding_id.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.binding_id {
+            Some(b) => write!(f, "binding {b} of instance {}", self.instance_id),
+            None => write!(f, "instance {}", self.instance_id),
+        }
+    }
+}
+
+/// Where a resource is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Its provision or bind is running.
+    Creating,
+    /// It exists and is usable (an update, deprovision or unbind may be running).
+    Ready,
+    /// Its provision or bind failed.
+    Failed,
+    /// It was deprovisioned or unbound; kept for the retention period to answer polls.
+    Deleted,
+}
+
+impl Status {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Creating => "creating",
+            Self::Ready => "ready",
+            Self::Failed => "failed",
+            Self::Deleted => "deleted",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "creating" => Self::Creating,
+            "ready" => Self::Ready,
+            "failed" => Self::Failed,
+            "deleted" => Self::Deleted,
+            _ => return None,
+        })
+    }
+}
+
+/// The kind of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// Create an instance.
+    Provision,
+    /// Change an instance's plan, parameters or maintenance version.
+    Update,
+    /// Remove an instance and its bindings.
+    Deprovision,
+    /// Create a binding.
+    Bind,
+    /// Remove a binding.
+    Unbind,
+}
+
+impl OpKind {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provision => "provision",
+            Self::Update => "update",
+            Self::Deprovision => "deprovision",
+            Self::Bind => "bind",
+            Self::Unbind => "unbind",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "provision" => Self::Provision,
+            "update" => Self::Update,
+            "deprovision" => Self::Deprovision,
+            "bind" => Self::Bind,
+            "unbind" => Self::Unbind,
+            _ => return None,
+        })
+    }
+}
+
+/// What an operation will do, fixed when it starts: a later configuration change does not alter
+/// a running operation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpPlan {
+    /// The steps, in order.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// For binds: the credentials template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Value>,
+}
+
+/// The current (or last) operation of a resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    /// The id returned to the platform as `operation`.
+    pub id: String,
+    /// What it does.
+    pub kind: OpKind,
+    /// Where it is.
+    pub state: OperationState,
+    /// For the user: what is happening, or why it failed.
+    pub description: Option<String>,
+    /// For updates: the requested plan, parameters, maintenance version and context.
+    pub request: Value,
+    /// The steps it runs.
+    pub plan: OpPlan,
+    /// Index of the next step to run.
+    pub step: usize,
+    /// When the current step first started (ms), persisted so waits survive restarts.
+    pub step_started_at: Option<i64>,
+    /// Not to be run before this time (ms).
+    pub next_run_at: i64,
+    /// Fails when not finished by this time (ms).
+    pub deadline_at: i64,
+    /// The engine currently running it.
+    pub lease_owner: Option<String>,
+    /// Until when that engine's claim holds (ms).
+    pub lease_until: i64,
+    /// When it started (ms).
+    pub started_at: i64,
+    /// When it ended (ms).
+    pub finished_at: Option<i64>,
+}
+
+impl Operation {
+    /// A new operation, leased to `owner` so that it can run at once.
+    pub fn new(
+        kind: OpKind,
+        plan: OpPlan,
+        request: Value,
+        deadline_ms: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Self {
+        let now = crate::now_ms();
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind,
+            state: OperationState::InProgress,
+            description: None,
+            request,
+            plan,
+            step: 0,
+            step_started_at: None,
+            next_run_at: now,
+            deadline_at: now.saturating_add(deadline_ms),
+            lease_owner: Some(owner.to_owned()),
+            lease_until: now.saturating_add(lease_ms),
+            started_at: now,
+            finished_at: None,
+        }
+    }
+
+    /// Whether the operation is still running.
+    pub fn in_progress(&self) -> bool {
+        self.state == OperationState::InProgress
+    }
+}
+
+/// An instance or a binding with its current operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    /// Which resource.
+    pub key: Key,
+    /// The service offering.
+    pub service_id: String,
+    /// The plan.
+    pub plan_id: String,
+    /// The request attributes that define it: `parameters`, `context`, `maintenance_info`, …
+    pub attrs: Value,
+    /// Its life stage.
+    pub status: Status,
+    /// What its operations produced (a binding's `credentials`).
+    pub outputs: Value,
+    /// The instance's dashboard.
+    pub dashboard_url: Option<String>,
+    /// Its current or last operation.
+    pub op: Operation,
+    /// When it was first created (ms).
+    pub created_at: i64,
+    /// When it was deleted (ms), for tombstones.
+    pub deleted_at: Option<i64>,
+}

@@ -1,0 +1,406 @@
+//! The [`Engine`]: runs operations step by step, durably.
+//!
+//! An operation is created already leased to the engine of the process that accepted the request,
+//! which starts it at once. Each step returns done, retry-after or fail; progress is saved after
+//! every step with a compare-and-set on the operation id and the lease, so a superseded operation
+//! (a deprovision replacing a running provision) or one taken over by another replica stops on
+//! its next save. A background worker claims operations that are due and not leased by anyone
+//! alive: those that waited out a long retry, those of a process that died, and, on a
+//! single-process SQLite store, everything left running at the last shutdown.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use brokkr_blueprint::template::Renderer;
+use brokkr_blueprint::{Step, credentials};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::model::{Key, OpKind, Resource, Status};
+use crate::now_ms;
+use crate::store::{Finish, Store, StoreError};
+
+/// Tunables of the engine; every duration can go down to milliseconds for tests.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How long a claim on an operation holds without being renewed.
+    pub lease: Duration,
+    /// How often the worker looks for due operations.
+    pub poll_interval: Duration,
+    /// Most operations claimed per poll.
+    pub claim_batch: i64,
+    /// How long tombstones of deleted resources are kept.
+    pub retention: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            claim_batch: 256,
+            retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// What a step asks for next.
+enum Outcome {
+    Done,
+    RetryAfter(Duration),
+    Fail(String),
+}
+
+/// Runs operations. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    owner: String,
+    options: EngineOptions,
+    renderer: Renderer,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    running: Mutex<HashSet<Key>>,
+    wake: Notify,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Engine {
+    /// Creates an engine with a fresh owner id.
+    pub fn new(store: Arc<dyn Store>, options: EngineOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                owner: format!("brokkr-{}", uuid::Uuid::new_v4()),
+                options,
+                renderer: Renderer::new(),
+                shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+                running: Mutex::new(HashSet::new()),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    /// The store the engine runs on.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// This engine's lease owner id.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// The lease length in milliseconds, for operations created for this engine.
+    pub fn lease_ms(&self) -> i64 {
+        ms(self.inner.options.lease)
+    }
+
+    /// Starts the background worker. On a single-process store, first takes over every lease
+    /// left by a previous run.
+    pub async fn start(&self) -> Result<(), StoreError> {
+        if !self.inner.store.shared() {
+            let released = self.inner.store.release_all().await?;
+            if released > 0 {
+                info!(operations = released, "resuming operations left running");
+            }
+        }
+        let engine = self.clone();
+        self.inner.tasks.spawn(async move { engine.worker().await });
+        Ok(())
+    }
+
+    /// Stops claiming work, lets running steps reach a save point, and waits for them. Unfinished
+    /// operations stay in the store and resume on the next start.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+
+    /// Runs the operation of `key` in the background; it must be leased to this engine.
+    pub fn spawn(&self, key: Key) {
+        let engine = self.clone();
+        self.inner.tasks.spawn(async move { engine.run(key).await });
+    }
+
+    /// Runs the operation of `key` to its end (or to a long wait) in the calling task.
+    pub async fn run(&self, key: Key) {
+        if !self.inner.running.lock().expect("lock").insert(key.clone()) {
+            return; // already running in this process
+        }
+        let span = info_span!("operation", instance_id = %key.instance_id,
+            binding_id = key.binding_id.as_deref().unwrap_or(""));
+        if let Err(e) = self.drive(&key).instrument(span).await {
+            warn!(%key, error = %e, "operation interrupted by a store error; it will be resumed");
+        }
+        self.inner.running.lock().expect("lock").remove(&key);
+    }
+
+    /// Waits until the operation `op_id` of `key` is no longer in progress, or `timeout` passes.
+    /// Returns the resource as last read.
+    pub async fn wait(
+        &self,
+        key: &Key,
+        op_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Resource>, StoreError> {
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            let r = self.inner.store.get(key).await?;
+            let running = r
+                .as_ref()
+                .is_some_and(|r| r.op.id == op_id && r.op.in_progress());
+            if !running || tokio::time::Instant::now() >= until {
+                return Ok(r);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn worker(&self) {
+        let inner = &self.inner;
+        let mut last_purge = 0;
+        loop {
+            tokio::select! {
+                () = inner.shutdown.cancelled() => return,
+                () = tokio::time::sleep(inner.options.poll_interval) => {}
+                () = inner.wake.notified() => {}
+            }
+            let lease_until = now_ms() + ms(inner.options.lease);
+            match inner
+                .store
+                .claim_due(&inner.owner, lease_until, inner.options.claim_batch)
+                .await
+            {
+                Ok(keys) => {
+                    for key in keys {
+                        debug!(%key, "claimed operation");
+                        self.spawn(key);
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot claim due operations"),
+            }
+            if now_ms() - last_purge > 60_000 {
+                last_purge = now_ms();
+                let before = last_purge - ms(inner.options.retention);
+                match inner.store.purge_deleted(before).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(resources = n, "purged deleted resources past retention"),
+                    Err(e) => warn!(error = %e, "cannot purge deleted resources"),
+                }
+            }
+        }
+    }
+
+    async fn drive(&self, key: &Key) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let owner = inner.owner.as_str();
+        let Some(resource) = inner.store.get(key).await? else {
+            return Ok(());
+        };
+        let mut op = resource.op.clone();
+        if !op.in_progress() || op.lease_owner.as_deref() != Some(owner) {
+            return Ok(());
+        }
+        loop {
+            let now = now_ms();
+            if inner.shutdown.is_cancelled() {
+                return inner.store.release(key, &op.id, owner).await;
+            }
+            let total = op.plan.steps.len();
+            if now >= op.deadline_at {
+                let at = op.plan.steps.get(op.step).map_or_else(
+                    || "while finishing".to_owned(),
+                    |s| format!("in step '{}'", s.name),
+                );
+                let reason = format!("{} timed out {at}", op.kind.as_str());
+                self.finish(&resource, &op.id, Err(reason)).await?;
+                return Ok(());
+            }
+            let Some(step) = op.plan.steps.get(op.step) else {
+                let outcome = self.complete(&resource).await?;
+                self.finish(&resource, &op.id, outcome).await?;
+                return Ok(());
+            };
+            let started = op.step_started_at.unwrap_or(now);
+            match run_step(step, started, now) {
+                Outcome::Done => {
+                    info!(step = %step.name, kind = op.kind.as_str(), "step finished");
+                    op.step += 1;
+                    op.step_started_at = None;
+                    op.next_run_at = now;
+                    op.description = Some(format!(
+                        "{}: step {}/{total} '{}' done",
+                        op.kind.as_str(),
+                        op.step,
+                        step.name
+                    ));
+                }
+                Outcome::RetryAfter(wait) => {
+                    let wait = wait.min(Duration::from_millis(
+                        u64::try_from(op.deadline_at - now).unwrap_or(0),
+                    ));
+                    op.step_started_at = Some(started);
+                    op.next_run_at = now + ms(wait);
+                    op.description = Some(format!(
+                        "{}: step {}/{total} '{}' in progress",
+                        op.kind.as_str(),
+                        op.step + 1,
+                        step.name
+                    ));
+                    if wait > inner.options.lease / 2 {
+                        // A long wait: hand the operation back to the worker.
+                        if inner.store.save_progress(key, &op, owner).await? {
+                            inner.store.release(key, &op.id, owner).await?;
+                        }
+                        return Ok(());
+                    }
+                    op.lease_until = now + ms(inner.options.lease);
+                    if !inner.store.save_progress(key, &op, owner).await? {
+                        return Ok(());
+                    }
+                    tokio::select! {
+                        () = inner.shutdown.cancelled() => {}
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    continue;
+                }
+                Outcome::Fail(reason) => {
+                    let reason = format!("step '{}' failed: {reason}", step.name);
+                    self.finish(&resource, &op.id, Err(reason)).await?;
+                    return Ok(());
+                }
+            }
+            op.lease_until = now + ms(inner.options.lease);
+            if !inner.store.save_progress(key, &op, owner).await? {
+                return Ok(()); // superseded or taken over
+            }
+        }
+    }
+
+    /// The changes a successful operation makes, or why it cannot succeed.
+    async fn complete(&self, r: &Resource) -> Result<Result<Finish, String>, StoreError> {
+        let ok = |description: &str, status| Finish {
+            succeeded: true,
+            description: description.to_owned(),
+            status,
+            plan_id: None,
+            attrs: None,
+            outputs: None,
+        };
+        Ok(Ok(match r.op.kind {
+            OpKind::Provision => ok("provisioned", Status::Ready),
+            OpKind::Deprovision => ok("deprovisioned", Status::Deleted),
+            OpKind::Unbind => ok("unbound", Status::Deleted),
+            OpKind::Update => Finish {
+                plan_id: r.op.request["plan_id"].as_str().map(str::to_owned),
+                attrs: r.op.request.get("attrs").cloned(),
+                ..ok("updated", Status::Ready)
+            },
+            OpKind::Bind => {
+                let instance = self
+                    .inner
+                    .store
+                    .get(&Key::instance(&r.key.instance_id))
+                    .await?;
+                let Some(instance) = instance.filter(|i| i.status == Status::Ready) else {
+                    return Ok(Err("the instance no longer exists".into()));
+                };
+                match self.credentials(&instance, r) {
+                    Ok(credentials) => Finish {
+                        outputs: Some(json!({ "credentials": credentials })),
+                        ..ok("bound", Status::Ready)
+                    },
+                    Err(reason) => return Ok(Err(reason)),
+                }
+            }
+        }))
+    }
+
+    /// Renders and checks the credentials a bind of `binding` to `instance` produces.
+    pub fn credentials(&self, instance: &Resource, binding: &Resource) -> Result<Value, String> {
+        let Some(template) = &binding.op.plan.credentials else {
+            return Ok(Value::Object(Default::default()));
+        };
+        let param = |r: &Resource, name: &str| r.attrs.get(name).cloned().unwrap_or(json!({}));
+        let context = json!({
+            "instance_id": instance.key.instance_id,
+            "binding_id": binding.key.binding_id,
+            "service_id": binding.service_id,
+            "plan_id": binding.plan_id,
+            "parameters": param(binding, "parameters"),
+            "context": param(binding, "context"),
+            "instance": {
+                "id": instance.key.instance_id,
+                "parameters": param(instance, "parameters"),
+                "context": param(instance, "context"),
+            },
+        });
+        let rendered = self
+            .inner
+            .renderer
+            .render(template, &context)
+            .map_err(|e| e.to_string())?;
+        credentials::finalize(rendered)
+            .map(Value::Object)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn finish(
+        &self,
+        r: &Resource,
+        op_id: &str,
+        outcome: Result<Finish, String>,
+    ) -> Result<(), StoreError> {
+        let finish = outcome.unwrap_or_else(|reason| Finish {
+            succeeded: false,
+            description: reason,
+            status: match r.op.kind {
+                OpKind::Provision | OpKind::Bind => Status::Failed,
+                OpKind::Update | OpKind::Deprovision | OpKind::Unbind => r.status,
+            },
+            plan_id: None,
+            attrs: None,
+            outputs: None,
+        });
+        let saved = self
+            .inner
+            .store
+            .finish(&r.key, op_id, &self.inner.owner, &finish)
+            .await?;
+        if saved {
+            if finish.succeeded {
+                info!(kind = r.op.kind.as_str(), "operation succeeded");
+            } else {
+                warn!(kind = r.op.kind.as_str(), reason = %finish.description, "operation failed");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_step(step: &Step, started: i64, now: i64) -> Outcome {
+    if let Some(delay) = step.delay {
+        let elapsed = u64::try_from(now - started).unwrap_or(0);
+        let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
+        return if remaining.is_zero() {
+            Outcome::Done
+        } else {
+            Outcome::RetryAfter(remaining)
+        };
+    }
+    Outcome::Fail("the step has no action".into())
+}

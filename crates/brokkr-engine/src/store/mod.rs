@@ -1,0 +1,141 @@
+//! The [`Store`]: durable state of resources and their operations.
+//!
+//! Every method is a single atomic statement (or a short sequence that is safe to repeat), so that
+//! concurrent requests and several broker processes sharing one PostgreSQL database agree on one
+//! outcome: creation is an insert that only one caller wins, and every later change is a
+//! compare-and-set on the resource's current operation id and, for the engine, its lease.
+
+mod sql;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::model::{Key, Operation, Resource, Status};
+
+pub use sql::SqlStore;
+
+/// A store failure (connection lost, database error); never caused by a request's content.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("store: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A row holds something this version cannot read.
+    #[error("store: corrupt row for {key}: {message}")]
+    Corrupt {
+        /// The resource.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The store URL is not one brokkr supports.
+    #[error("store: unsupported URL {0:?}; use sqlite://PATH or postgres://…")]
+    UnsupportedUrl(String),
+}
+
+/// Result of [`Store::create`].
+#[derive(Debug)]
+pub enum Created {
+    /// The resource was inserted (or replaced a tombstone).
+    Inserted,
+    /// A live resource with that key exists.
+    Exists(Box<Resource>),
+}
+
+/// How an operation ended and what it changes on its resource.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// `succeeded` or `failed`.
+    pub succeeded: bool,
+    /// For the user.
+    pub description: String,
+    /// The resource's new status.
+    pub status: Status,
+    /// New plan, for updates.
+    pub plan_id: Option<String>,
+    /// New attributes, for updates.
+    pub attrs: Option<Value>,
+    /// New outputs, for binds.
+    pub outputs: Option<Value>,
+}
+
+/// Persistent state of instances, bindings and their operations.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Creates the schema, or brings it up to date.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Reads a resource, tombstones included.
+    async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
+
+    /// Inserts a resource with its first operation, unless a live one with that key exists.
+    async fn create(&self, resource: &Resource) -> Result<Created, StoreError>;
+
+    /// Replaces the resource's operation with `op` and sets `status`, if its current operation
+    /// is still `expected_op`. Returns whether it did.
+    async fn start(
+        &self,
+        key: &Key,
+        expected_op: &str,
+        op: &Operation,
+        status: Status,
+    ) -> Result<bool, StoreError>;
+
+    /// Saves the progress of a running operation held by `owner` and renews the lease until
+    /// `op.lease_until`. Returns false when the operation is no longer this owner's to run.
+    async fn save_progress(
+        &self,
+        key: &Key,
+        op: &Operation,
+        owner: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Ends an operation held by `owner`. A deprovision that ends in `Deleted` also turns the
+    /// instance's bindings into tombstones.
+    async fn finish(
+        &self,
+        key: &Key,
+        op_id: &str,
+        owner: &str,
+        finish: &Finish,
+    ) -> Result<bool, StoreError>;
+
+    /// Leases up to `limit` operations that are due (or past their deadline) and not leased by a
+    /// live owner, to `owner` until `lease_until`.
+    async fn claim_due(
+        &self,
+        owner: &str,
+        lease_until: i64,
+        limit: i64,
+    ) -> Result<Vec<Key>, StoreError>;
+
+    /// Gives up `owner`'s lease on an operation so another engine may run it.
+    async fn release(&self, key: &Key, op_id: &str, owner: &str) -> Result<(), StoreError>;
+
+    /// Drops every lease. Only for a store that one process uses (SQLite) when it starts.
+    async fn release_all(&self) -> Result<u64, StoreError>;
+
+    /// Deletes tombstones deleted before `before` (ms).
+    async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError>;
+
+    /// Reads a broker setting.
+    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError>;
+
+    /// Writes a broker setting unless it is already set; returns the value in force.
+    async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
+
+    /// Whether several processes may share this store (PostgreSQL) or only one (SQLite).
+    fn shared(&self) -> bool;
+}
+
+/// Opens the store a URL names and brings its schema up to date.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let store = SqlStore::connect(url).await?;
+    store.migrate().await?;
+    Ok(Arc::new(store))
+}

@@ -1,0 +1,481 @@
+//! [`Store`] over SQL, for SQLite (one process, the default) and PostgreSQL (several replicas).
+//!
+//! Both databases run the same statements through sqlx's `Any` driver; the only differences are
+//! connection set-up and the row locking clause used when claiming due operations. Timestamps are
+//! milliseconds since the Unix epoch; JSON is stored as text.
+
+use async_trait::async_trait;
+use brokkr_osb::OperationState;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
+
+use super::{Created, Finish, Store, StoreError};
+use crate::model::{Key, OpKind, Operation, Resource, Status};
+
+/// Which SQL database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A [`Store`] on SQLite or PostgreSQL.
+pub struct SqlStore {
+    pool: AnyPool,
+    dialect: Dialect,
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS brokkr_settings (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS brokkr_resources (
+        instance_id TEXT NOT NULL,
+        binding_id TEXT NOT NULL,
+        service_id TEXT NOT NULL,
+        plan_id TEXT NOT NULL,
+        attrs TEXT NOT NULL,
+        status TEXT NOT NULL,
+        outputs TEXT NOT NULL,
+        dashboard_url TEXT,
+        created_at BIGINT NOT NULL,
+        deleted_at BIGINT,
+        op_id TEXT NOT NULL,
+        op_kind TEXT NOT NULL,
+        op_state TEXT NOT NULL,
+        op_description TEXT,
+        op_request TEXT NOT NULL,
+        op_plan TEXT NOT NULL,
+        op_step BIGINT NOT NULL,
+        op_step_started_at BIGINT,
+        op_next_run_at BIGINT NOT NULL,
+        op_deadline_at BIGINT NOT NULL,
+        lease_owner TEXT,
+        lease_until BIGINT NOT NULL,
+        op_started_at BIGINT NOT NULL,
+        op_finished_at BIGINT,
+        PRIMARY KEY (instance_id, binding_id)
+    )",
+    "CREATE INDEX IF NOT EXISTS brokkr_resources_due
+        ON brokkr_resources (op_next_run_at) WHERE op_state = 'in progress'",
+    "CREATE INDEX IF NOT EXISTS brokkr_resources_deleted
+        ON brokkr_resources (deleted_at) WHERE status = 'deleted'",
+];
+
+const COLUMNS: &str = "instance_id, binding_id, service_id, plan_id, attrs, status, outputs, \
+    dashboard_url, created_at, deleted_at, op_id, op_kind, op_state, op_description, op_request, \
+    op_plan, op_step, op_step_started_at, op_next_run_at, op_deadline_at, lease_owner, \
+    lease_until, op_started_at, op_finished_at";
+
+/// Binds a key as the two columns of the primary key.
+fn binding_col(key: &Key) -> &str {
+    key.binding_id.as_deref().unwrap_or("")
+}
+
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl SqlStore {
+    /// Connects to `sqlite://PATH` (created when missing) or `postgres://…`.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (dialect, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
+            let sep = if rest.contains('?') { '&' } else { '?' };
+            let url = if rest.contains("mode=") {
+                url.to_owned()
+            } else {
+                format!("{url}{sep}mode=rwc")
+            };
+            (Dialect::Sqlite, url)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Dialect::Postgres, url.to_owned())
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        };
+        let options = match dialect {
+            Dialect::Sqlite => AnyPoolOptions::new()
+                .max_connections(8)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        conn.execute(
+                            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                             PRAGMA busy_timeout = 30000;",
+                        )
+                        .await?;
+                        Ok(())
+                    })
+                }),
+            Dialect::Postgres => AnyPoolOptions::new().max_connections(16),
+        };
+        let pool = options.connect(&url).await?;
+        Ok(Self { pool, dialect })
+    }
+
+    fn decode(row: &AnyRow) -> Result<Resource, StoreError> {
+        let instance_id: String = row.try_get("instance_id")?;
+        let binding_id: String = row.try_get("binding_id")?;
+        let key = Key {
+            instance_id,
+            binding_id: (!binding_id.is_empty()).then_some(binding_id),
+        };
+        let corrupt = |message: String| StoreError::Corrupt {
+            key: key.to_string(),
+            message,
+        };
+        let json = |col: &str| -> Result<serde_json::Value, StoreError> {
+            let text: String = row.try_get(col)?;
+            serde_json::from_str(&text).map_err(|e| corrupt(format!("{col}: {e}")))
+        };
+        let status: String = row.try_get("status")?;
+        let kind: String = row.try_get("op_kind")?;
+        let state: String = row.try_get("op_state")?;
+        let plan = serde_json::from_value(json("op_plan")?)
+            .map_err(|e| corrupt(format!("op_plan: {e}")))?;
+        let op = Operation {
+            id: row.try_get("op_id")?,
+            kind: OpKind::parse(&kind).ok_or_else(|| corrupt(format!("op_kind {kind:?}")))?,
+            state: OperationState::parse(&state)
+                .ok_or_else(|| corrupt(format!("op_state {state:?}")))?,
+            description: row.try_get("op_description")?,
+            request: json("op_request")?,
+            plan,
+            step: usize::try_from(row.try_get::<i64, _>("op_step")?).unwrap_or(usize::MAX),
+            step_started_at: row.try_get("op_step_started_at")?,
+            next_run_at: row.try_get("op_next_run_at")?,
+            deadline_at: row.try_get("op_deadline_at")?,
+            lease_owner: row.try_get("lease_owner")?,
+            lease_until: row.try_get("lease_until")?,
+            started_at: row.try_get("op_started_at")?,
+            finished_at: row.try_get("op_finished_at")?,
+        };
+        Ok(Resource {
+            service_id: row.try_get("service_id")?,
+            plan_id: row.try_get("plan_id")?,
+            attrs: json("attrs")?,
+            status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status:?}")))?,
+            outputs: json("outputs")?,
+            dashboard_url: row.try_get("dashboard_url")?,
+            op,
+            created_at: row.try_get("created_at")?,
+            deleted_at: row.try_get("deleted_at")?,
+            key,
+        })
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        if self.dialect == Dialect::Postgres {
+            // Replicas starting together must not race on CREATE TABLE.
+            conn.execute("SELECT pg_advisory_lock(72616) ").await?;
+        }
+        let mut result = Ok(());
+        for statement in SCHEMA {
+            if let Err(e) = conn.execute(*statement).await {
+                result = Err(e.into());
+                break;
+            }
+        }
+        if self.dialect == Dialect::Postgres {
+            conn.execute("SELECT pg_advisory_unlock(72616)").await?;
+        }
+        result
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(&key.instance_id)
+            .bind(binding_col(key))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(Self::decode).transpose()
+    }
+
+    async fn create(&self, r: &Resource) -> Result<Created, StoreError> {
+        let sql = format!(
+            "INSERT INTO brokkr_resources ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) \
+             ON CONFLICT (instance_id, binding_id) DO UPDATE SET \
+             service_id = excluded.service_id, plan_id = excluded.plan_id, attrs = excluded.attrs, \
+             status = excluded.status, outputs = excluded.outputs, \
+             dashboard_url = excluded.dashboard_url, created_at = excluded.created_at, \
+             deleted_at = excluded.deleted_at, op_id = excluded.op_id, op_kind = excluded.op_kind, \
+             op_state = excluded.op_state, op_description = excluded.op_description, \
+             op_request = excluded.op_request, op_plan = excluded.op_plan, \
+             op_step = excluded.op_step, op_step_started_at = excluded.op_step_started_at, \
+             op_next_run_at = excluded.op_next_run_at, op_deadline_at = excluded.op_deadline_at, \
+             lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, \
+             op_started_at = excluded.op_started_at, op_finished_at = excluded.op_finished_at \
+             WHERE brokkr_resources.status = 'deleted'"
+        );
+        let op = &r.op;
+        for _ in 0..3 {
+            let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(&r.key.instance_id)
+                .bind(binding_col(&r.key))
+                .bind(&r.service_id)
+                .bind(&r.plan_id)
+                .bind(r.attrs.to_string())
+                .bind(r.status.as_str())
+                .bind(r.outputs.to_string())
+                .bind(r.dashboard_url.clone())
+                .bind(r.created_at)
+                .bind(r.deleted_at)
+                .bind(&op.id)
+                .bind(op.kind.as_str())
+                .bind(op.state.as_str())
+                .bind(op.description.clone())
+                .bind(op.request.to_string())
+                .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
+                .bind(to_i64(op.step))
+                .bind(op.step_started_at)
+                .bind(op.next_run_at)
+                .bind(op.deadline_at)
+                .bind(op.lease_owner.clone())
+                .bind(op.lease_until)
+                .bind(op.started_at)
+                .bind(op.finished_at)
+                .execute(&self.pool)
+                .await?;
+            if done.rows_affected() > 0 {
+                return Ok(Created::Inserted);
+            }
+            // Lost the race to a live row: report it, unless it vanished meanwhile.
+            if let Some(existing) = self.get(&r.key).await? {
+                if existing.status != Status::Deleted {
+                    return Ok(Created::Exists(Box::new(existing)));
+                }
+            }
+        }
+        Err(StoreError::Corrupt {
+            key: r.key.to_string(),
+            message: "insert kept conflicting with a row that is not there".into(),
+        })
+    }
+
+    async fn start(
+        &self,
+        key: &Key,
+        expected_op: &str,
+        op: &Operation,
+        status: Status,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE brokkr_resources SET status = $1, op_id = $2, op_kind = $3, op_state = $4, \
+             op_description = $5, op_request = $6, op_plan = $7, op_step = $8, \
+             op_step_started_at = $9, op_next_run_at = $10, op_deadline_at = $11, \
+             lease_owner = $12, lease_until = $13, op_started_at = $14, op_finished_at = NULL \
+             WHERE instance_id = $15 AND binding_id = $16 AND op_id = $17",
+        )
+        .bind(status.as_str())
+        .bind(&op.id)
+        .bind(op.kind.as_str())
+        .bind(op.state.as_str())
+        .bind(op.description.clone())
+        .bind(op.request.to_string())
+        .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
+        .bind(to_i64(op.step))
+        .bind(op.step_started_at)
+        .bind(op.next_run_at)
+        .bind(op.deadline_at)
+        .bind(op.lease_owner.clone())
+        .bind(op.lease_until)
+        .bind(op.started_at)
+        .bind(&key.instance_id)
+        .bind(binding_col(key))
+        .bind(expected_op)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn save_progress(
+        &self,
+        key: &Key,
+        op: &Operation,
+        owner: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE brokkr_resources SET op_description = $1, op_step = $2, \
+             op_step_started_at = $3, op_next_run_at = $4, lease_until = $5 \
+             WHERE instance_id = $6 AND binding_id = $7 AND op_id = $8 \
+             AND op_state = 'in progress' AND lease_owner = $9",
+        )
+        .bind(op.description.clone())
+        .bind(to_i64(op.step))
+        .bind(op.step_started_at)
+        .bind(op.next_run_at)
+        .bind(op.lease_until)
+        .bind(&key.instance_id)
+        .bind(binding_col(key))
+        .bind(&op.id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn finish(
+        &self,
+        key: &Key,
+        op_id: &str,
+        owner: &str,
+        f: &Finish,
+    ) -> Result<bool, StoreError> {
+        let now = crate::now_ms();
+        let deleted_at = (f.status == Status::Deleted).then_some(now);
+        if key.binding_id.is_none() && f.status == Status::Deleted {
+            sqlx::query(
+                "UPDATE brokkr_resources SET status = 'deleted', deleted_at = $1, \
+                 lease_owner = NULL, lease_until = 0, op_finished_at = $1, \
+                 op_state = CASE WHEN op_state = 'in progress' THEN 'failed' ELSE op_state END, \
+                 op_description = CASE WHEN op_state = 'in progress' \
+                     THEN 'the instance was deprovisioned' ELSE op_description END \
+                 WHERE instance_id = $2 AND binding_id <> '' AND status <> 'deleted'",
+            )
+            .bind(now)
+            .bind(&key.instance_id)
+            .execute(&self.pool)
+            .await?;
+        }
+        let state = if f.succeeded {
+            OperationState::Succeeded
+        } else {
+            OperationState::Failed
+        };
+        let done = sqlx::query(
+            "UPDATE brokkr_resources SET op_state = $1, op_description = $2, op_finished_at = $3, \
+             lease_owner = NULL, lease_until = 0, status = $4, \
+             plan_id = COALESCE($5, plan_id), attrs = COALESCE($6, attrs), \
+             outputs = COALESCE($7, outputs), deleted_at = COALESCE($8, deleted_at) \
+             WHERE instance_id = $9 AND binding_id = $10 AND op_id = $11 \
+             AND op_state = 'in progress' AND lease_owner = $12",
+        )
+        .bind(state.as_str())
+        .bind(&f.description)
+        .bind(now)
+        .bind(f.status.as_str())
+        .bind(f.plan_id.clone())
+        .bind(f.attrs.as_ref().map(ToString::to_string))
+        .bind(f.outputs.as_ref().map(ToString::to_string))
+        .bind(deleted_at)
+        .bind(&key.instance_id)
+        .bind(binding_col(key))
+        .bind(op_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn claim_due(
+        &self,
+        owner: &str,
+        lease_until: i64,
+        limit: i64,
+    ) -> Result<Vec<Key>, StoreError> {
+        let lock = match self.dialect {
+            Dialect::Postgres => "FOR UPDATE SKIP LOCKED",
+            Dialect::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE brokkr_resources SET lease_owner = $1, lease_until = $2 \
+             WHERE (instance_id, binding_id) IN ( \
+                 SELECT instance_id, binding_id FROM brokkr_resources \
+                 WHERE op_state = 'in progress' AND (lease_owner IS NULL OR lease_until < $3) \
+                 AND (op_next_run_at <= $3 OR op_deadline_at <= $3) \
+                 ORDER BY op_next_run_at LIMIT $4 {lock}) \
+             RETURNING instance_id, binding_id"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(owner)
+            .bind(lease_until)
+            .bind(crate::now_ms())
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let instance_id: String = row.try_get("instance_id")?;
+                let binding_id: String = row.try_get("binding_id")?;
+                Ok(Key {
+                    instance_id,
+                    binding_id: (!binding_id.is_empty()).then_some(binding_id),
+                })
+            })
+            .collect()
+    }
+
+    async fn release(&self, key: &Key, op_id: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE brokkr_resources SET lease_owner = NULL, lease_until = 0 \
+             WHERE instance_id = $1 AND binding_id = $2 AND op_id = $3 AND lease_owner = $4",
+        )
+        .bind(&key.instance_id)
+        .bind(binding_col(key))
+        .bind(op_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn release_all(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE brokkr_resources SET lease_owner = NULL, lease_until = 0 \
+             WHERE lease_owner IS NOT NULL",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM brokkr_resources WHERE status = 'deleted' AND deleted_at < $1",
+        )
+        .bind(before)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get("value")).transpose()?)
+    }
+
+    async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError> {
+        sqlx::query(
+            "INSERT INTO brokkr_settings (name, value) VALUES ($1, $2) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await?;
+        Ok(self
+            .setting(name)
+            .await?
+            .unwrap_or_else(|| value.to_owned()))
+    }
+
+    fn shared(&self) -> bool {
+        self.dialect == Dialect::Postgres
+    }
+}

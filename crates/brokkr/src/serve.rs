@@ -1,0 +1,262 @@
+//! `brokkr serve`: configuration, store, engine and HTTP server, with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use base64::Engine as _;
+use brokkr_blueprint::load::{ConfigErrors, load_path, load_str};
+use brokkr_blueprint::{Config, QUICKSTART};
+use brokkr_broker::{Auth, Broker, auth};
+use brokkr_engine::{Engine, EngineOptions, Store};
+use clap::{Args, ValueEnum};
+use rand::RngExt as _;
+use tracing::{info, warn};
+
+/// Default listen address.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default store.
+const DEFAULT_STORE: &str = "sqlite://brokkr.db";
+/// User name of the generated basic credentials.
+const GENERATED_USERNAME: &str = "brokkr";
+/// Store setting holding the digest of the generated password.
+const GENERATED_PASSWORD_SETTING: &str = "broker.generated_password_sha256";
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Configuration file or directory (default: the built-in quickstart catalog).
+    #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Address to listen on [default: broker.listen, else 127.0.0.1:8080].
+    #[arg(long, env = "BROKKR_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Store URL: sqlite://PATH or postgres://… [default: store, else sqlite://brokkr.db].
+    #[arg(long, env = "BROKKR_STORE")]
+    store: Option<String>,
+    /// Basic auth user name (with --password-env's twin BROKKR_BROKER_PASSWORD).
+    #[arg(long, env = "BROKKR_BROKER_USERNAME", hide_env_values = true)]
+    username: Option<String>,
+    /// Basic auth password; prefer the environment variable over the flag.
+    #[arg(long, env = "BROKKR_BROKER_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+    /// Log format.
+    #[arg(long, env = "BROKKR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// How often the engine looks for due operations (e.g. 1s, 200ms).
+    #[arg(long, env = "BROKKR_POLL_INTERVAL", default_value = "1s", value_parser = humantime_duration)]
+    poll_interval: std::time::Duration,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn humantime_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+/// Loads `path`, or the built-in quickstart when `None`.
+pub fn load_config(path: Option<&Path>) -> Result<Config, ConfigErrors> {
+    match path {
+        Some(p) => load_path(p),
+        None => load_str("<built-in quickstart>", QUICKSTART),
+    }
+}
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    init_logging(args.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let config = load_config(args.config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listen = match (args.listen, &config.broker.listen) {
+        (Some(a), _) => a,
+        (None, Some(a)) => a.parse().context("broker.listen")?,
+        (None, None) => DEFAULT_LISTEN.parse().expect("valid default"),
+    };
+    let store_url = args
+        .store
+        .clone()
+        .or_else(|| config.store.clone())
+        .unwrap_or_else(|| DEFAULT_STORE.to_owned());
+    let store = brokkr_engine::connect(&store_url)
+        .await
+        .with_context(|| format!("cannot open the store {}", redact_url(&store_url)))?;
+    let auth = platform_auth(&args, &config, store.as_ref()).await?;
+
+    let mut options = EngineOptions {
+        poll_interval: args.poll_interval,
+        ..EngineOptions::default()
+    };
+    if let Some(retention) = config.broker.retention {
+        options.retention = retention;
+    }
+    let engine = Engine::new(store, options);
+    engine.start().await.context("cannot start the engine")?;
+
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    info!(address = %listener.local_addr()?, store = %redact_url(&store_url), "brokkr is serving the OSB API");
+    let broker = Arc::new(Broker {
+        config: Arc::new(config),
+        engine: engine.clone(),
+        auth,
+    });
+    axum::serve(listener, brokkr_broker::router(broker))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("server error")?;
+    info!("requests drained; stopping the engine (unfinished operations resume on next start)");
+    engine.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    info!("shutdown requested");
+}
+
+/// Platform credentials from the environment/flags, then the configuration; with none, a password
+/// generated on first start, kept in the store as a digest, and printed once.
+async fn platform_auth(args: &ServeArgs, config: &Config, store: &dyn Store) -> Result<Auth> {
+    let mut auth = Auth::default();
+    let mut any = false;
+    let configured = &config.broker.auth;
+    let username = args.username.as_ref().or(configured.username.as_ref());
+    let password = args.password.as_ref().or(configured.password.as_ref());
+    match (username, password) {
+        (Some(u), Some(p)) => {
+            auth = auth.basic(u, p);
+            any = true;
+        }
+        (None, None) => {}
+        _ => anyhow::bail!("basic auth needs both a user name and a password"),
+    }
+    for token in &configured.bearer_tokens {
+        auth = auth.bearer(token);
+        any = true;
+    }
+    if any {
+        return Ok(auth);
+    }
+    let password: String = {
+        let mut rng = rand::rng();
+        let bytes: [u8; 24] = rng.random();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    };
+    let digest = hex(&auth::digest(&password));
+    let stored = store
+        .init_setting(GENERATED_PASSWORD_SETTING, &digest)
+        .await?;
+    if stored == digest {
+        println!(
+            "No platform credentials are configured, so brokkr generated them.\n  \
+             username: {GENERATED_USERNAME}\n  password: {password}\n\
+             This password is shown only once; the store keeps only its digest.\n\
+             Set BROKKR_BROKER_USERNAME and BROKKR_BROKER_PASSWORD to choose your own."
+        );
+    } else {
+        warn!(
+            "using the platform password generated on first start (user {GENERATED_USERNAME}); \
+             set BROKKR_BROKER_USERNAME/BROKKR_BROKER_PASSWORD to replace it"
+        );
+    }
+    let digest = unhex(&stored).context("the stored generated password digest is corrupt")?;
+    Ok(auth.basic_digest(GENERATED_USERNAME, digest))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A store URL without its password, for logs and errors.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("sqlite://brokkr.db"), "sqlite://brokkr.db");
+    }
+
+    #[test]
+    fn digests_round_trip_through_hex() {
+        let d = auth::digest("x");
+        assert_eq!(unhex(&hex(&d)), Some(d));
+        assert_eq!(unhex("zz"), None);
+    }
+}
