@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::model::{Key, OpKind, Resource, Status};
+use crate::model::{Key, OpKind, Operation, Resource, Status};
 use crate::now_ms;
 use crate::store::{Finish, Store, StoreError};
 
@@ -68,7 +68,8 @@ struct Inner {
     renderer: Renderer,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    running: Mutex<HashSet<Key>>,
+    /// Operations running in this process, by resource and operation id.
+    running: Mutex<HashSet<(Key, String)>>,
     wake: Notify,
 }
 
@@ -138,15 +139,11 @@ impl Engine {
 
     /// Runs the operation of `key` to its end (or to a long wait) in the calling task.
     pub async fn run(&self, key: Key) {
-        if !self.inner.running.lock().expect("lock").insert(key.clone()) {
-            return; // already running in this process
-        }
         let span = info_span!("operation", instance_id = %key.instance_id,
             binding_id = key.binding_id.as_deref().unwrap_or(""));
         if let Err(e) = self.drive(&key).instrument(span).await {
             warn!(%key, error = %e, "operation interrupted by a store error; it will be resumed");
         }
-        self.inner.running.lock().expect("lock").remove(&key);
     }
 
     /// Waits until the operation `op_id` of `key` is no longer in progress, or `timeout` passes.
@@ -215,6 +212,19 @@ impl Engine {
         if !op.in_progress() || op.lease_owner.as_deref() != Some(owner) {
             return Ok(());
         }
+        let running = (key.clone(), op.id.clone());
+        if !inner.running.lock().expect("lock").insert(running.clone()) {
+            return Ok(()); // already running in this process
+        }
+        let result = self.drive_steps(&resource, &mut op).await;
+        inner.running.lock().expect("lock").remove(&running);
+        result
+    }
+
+    async fn drive_steps(&self, resource: &Resource, op: &mut Operation) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let owner = inner.owner.as_str();
+        let key = &resource.key;
         loop {
             let now = now_ms();
             if inner.shutdown.is_cancelled() {
@@ -227,12 +237,12 @@ impl Engine {
                     |s| format!("in step '{}'", s.name),
                 );
                 let reason = format!("{} timed out {at}", op.kind.as_str());
-                self.finish(&resource, &op.id, Err(reason)).await?;
+                self.finish(resource, &op.id, Err(reason)).await?;
                 return Ok(());
             }
             let Some(step) = op.plan.steps.get(op.step) else {
-                let outcome = self.complete(&resource).await?;
-                self.finish(&resource, &op.id, outcome).await?;
+                let outcome = self.complete(resource).await?;
+                self.finish(resource, &op.id, outcome).await?;
                 return Ok(());
             };
             let started = op.step_started_at.unwrap_or(now);
@@ -263,13 +273,13 @@ impl Engine {
                     ));
                     if wait > inner.options.lease / 2 {
                         // A long wait: hand the operation back to the worker.
-                        if inner.store.save_progress(key, &op, owner).await? {
+                        if inner.store.save_progress(key, op, owner).await? {
                             inner.store.release(key, &op.id, owner).await?;
                         }
                         return Ok(());
                     }
                     op.lease_until = now + ms(inner.options.lease);
-                    if !inner.store.save_progress(key, &op, owner).await? {
+                    if !inner.store.save_progress(key, op, owner).await? {
                         return Ok(());
                     }
                     tokio::select! {
@@ -280,12 +290,12 @@ impl Engine {
                 }
                 Outcome::Fail(reason) => {
                     let reason = format!("step '{}' failed: {reason}", step.name);
-                    self.finish(&resource, &op.id, Err(reason)).await?;
+                    self.finish(resource, &op.id, Err(reason)).await?;
                     return Ok(());
                 }
             }
             op.lease_until = now + ms(inner.options.lease);
-            if !inner.store.save_progress(key, &op, owner).await? {
+            if !inner.store.save_progress(key, op, owner).await? {
                 return Ok(()); // superseded or taken over
             }
         }

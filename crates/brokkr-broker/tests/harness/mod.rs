@@ -1,0 +1,230 @@
+//! A broker on an ephemeral port over a fresh store (SQLite file or PostgreSQL schema), and a
+//! small OSB client for black-box tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use brokkr_broker::{Auth, Broker};
+use brokkr_engine::{Engine, EngineOptions};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+pub const SERVICE: &str = "3b5f3c0e-6f7d-4d0c-9a59-7a4c1f6b2e10";
+pub const ASYNC_PLAN: &str = "8d2c7e4a-5b1f-4f6e-8a3d-2c9b0e7f1a21";
+pub const SYNC_PLAN: &str = "0f6a9b3d-1c2e-4b7a-9d8f-5e4c3b2a1f32";
+const USER: &str = "platform";
+const PASSWORD: &str = "test-password";
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub struct TestBroker {
+    pub base: String,
+    pub client: reqwest::Client,
+    _dir: tempfile::TempDir,
+    schema: Option<(sqlx::AnyPool, String)>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.server.abort();
+        if let Some((pool, schema)) = self.schema.take() {
+            // Best effort: drop the schema from a separate thread (Drop cannot await).
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await;
+                });
+            })
+            .join()
+            .ok();
+        }
+    }
+}
+
+/// The quickstart with short delays, optionally changed further by `tweak`.
+pub fn quickstart(tweak: impl Fn(String) -> String) -> String {
+    tweak(brokkr_blueprint::QUICKSTART.replace("delay: 2s", "delay: 300ms"))
+}
+
+pub async fn start(backend: Backend) -> TestBroker {
+    start_with(backend, &quickstart(|s| s)).await
+}
+
+pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, schema) = match backend {
+        Backend::Sqlite => (format!("sqlite://{}/brokkr.db", dir.path().display()), None),
+        Backend::Postgres => {
+            let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
+                .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::any::AnyPoolOptions::new()
+                .max_connections(1)
+                .connect(&admin)
+                .await
+                .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
+            let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+            let sql = format!("CREATE SCHEMA \"{name}\"");
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .unwrap();
+            let sep = if admin.contains('?') { '&' } else { '?' };
+            (
+                format!("{admin}{sep}options=-c%20search_path%3D{name}"),
+                Some((pool, name)),
+            )
+        }
+    };
+    let config = brokkr_blueprint::load::load_str("test.yaml", yaml).expect("valid test config");
+    let store = brokkr_engine::connect(&url).await.expect("store");
+    let engine = Engine::new(
+        store,
+        EngineOptions {
+            poll_interval: Duration::from_millis(50),
+            ..EngineOptions::default()
+        },
+    );
+    engine.start().await.unwrap();
+    let broker = Arc::new(Broker {
+        config: Arc::new(config),
+        engine,
+        auth: Auth::default().basic(USER, PASSWORD),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, brokkr_broker::router(broker))
+            .await
+            .unwrap();
+    });
+    TestBroker {
+        base,
+        client: reqwest::Client::new(),
+        _dir: dir,
+        schema,
+        server,
+    }
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn operation(&self) -> String {
+        self.body["operation"]
+            .as_str()
+            .expect("an operation id")
+            .to_owned()
+    }
+
+    pub fn error(&self) -> &str {
+        self.body["error"].as_str().unwrap_or("")
+    }
+
+    pub fn description(&self) -> &str {
+        self.body["description"].as_str().unwrap_or("")
+    }
+}
+
+impl TestBroker {
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{path}", self.base))
+            .basic_auth(USER, Some(PASSWORD))
+            .header("X-Broker-API-Version", "2.17")
+    }
+
+    pub async fn send(&self, rb: reqwest::RequestBuilder) -> Reply {
+        let response = rb.send().await.expect("request");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.unwrap();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(self.request(reqwest::Method::GET, path)).await
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> Reply {
+        self.send(self.request(reqwest::Method::PUT, path).json(&body))
+            .await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> Reply {
+        self.send(self.request(reqwest::Method::PATCH, path).json(&body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.send(self.request(reqwest::Method::DELETE, path)).await
+    }
+
+    /// Polls a last_operation endpoint until the state is terminal.
+    pub async fn wait_done(&self, path: &str) -> Reply {
+        for _ in 0..400 {
+            let r = self.get(path).await;
+            if r.status != StatusCode::OK || r.body["state"] != "in progress" {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("{path} never finished");
+    }
+
+    /// Provisions `id` on the async plan and waits for success.
+    pub async fn provisioned(&self, id: &str) {
+        let r = self
+            .put(
+                &format!("/v2/service_instances/{id}?accepts_incomplete=true"),
+                provision_body(ASYNC_PLAN),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+        let done = self
+            .wait_done(&format!("/v2/service_instances/{id}/last_operation"))
+            .await;
+        assert_eq!(done.body["state"], "succeeded");
+    }
+}
+
+pub fn credentials() -> Value {
+    json!({"type": "postgresql", "host": "db.example.com", "port": 5432,
+           "username": "app", "password": "pw-1"})
+}
+
+pub fn provision_body(plan: &str) -> Value {
+    json!({
+        "service_id": SERVICE, "plan_id": plan,
+        "organization_guid": "org", "space_guid": "space",
+        "context": {"platform": "kubernetes", "namespace": "team-a"},
+        "parameters": {"credentials": credentials()},
+    })
+}
+
+pub fn deprovision_query(plan: &str) -> String {
+    format!("service_id={SERVICE}&plan_id={plan}")
+}
