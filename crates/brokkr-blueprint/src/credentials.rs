@@ -52,16 +52,16 @@ pub fn validate(map: &Map<String, Value>) -> Result<(), CredentialsError> {
         }
     }
     for key in ["username", "password"] {
-        if let Some(v) = map.get(key) {
-            if !v.is_string() {
-                return fail(format!("`{key}` must be a string"));
-            }
+        if let Some(v) = map.get(key)
+            && !v.is_string()
+        {
+            return fail(format!("`{key}` must be a string"));
         }
     }
-    if let Some(host) = map.get("host") {
-        if !host.as_str().is_some_and(valid_host) {
-            return fail("`host` must be a DNS name or an IP address".into());
-        }
+    if let Some(host) = map.get("host")
+        && !host.as_str().is_some_and(valid_host)
+    {
+        return fail("`host` must be a DNS name or an IP address".into());
     }
     if let Some(port) = map.get("port") {
         let n = match port {

@@ -246,16 +246,15 @@ impl Validator {
                 blueprints.push((name.clone(), i, b));
             }
         }
-        if let Some((file, b)) = &broker {
-            if let Some(listen) = &b.listen {
-                if listen.parse::<std::net::SocketAddr>().is_err() {
-                    self.error(
-                        file,
-                        "broker.listen",
-                        "must be an address like 127.0.0.1:8080",
-                    );
-                }
-            }
+        if let Some((file, b)) = &broker
+            && let Some(listen) = &b.listen
+            && listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            self.error(
+                file,
+                "broker.listen",
+                "must be an address like 127.0.0.1:8080",
+            );
         }
 
         self.check_catalog(&services);
@@ -400,14 +399,14 @@ impl Validator {
                         format!("duplicate plan name {:?}", p.name),
                     );
                 }
-                if let Some(mi) = &p.maintenance_info {
-                    if semver::Version::parse(&mi.version).is_err() {
-                        self.error(
-                            file,
-                            format!("{at}.maintenance_info.version"),
-                            "must be a semantic version 2.0 string, like 1.2.3",
-                        );
-                    }
+                if let Some(mi) = &p.maintenance_info
+                    && semver::Version::parse(&mi.version).is_err()
+                {
+                    self.error(
+                        file,
+                        format!("{at}.maintenance_info.version"),
+                        "must be a semantic version 2.0 string, like 1.2.3",
+                    );
                 }
                 let schemas = [
                     ("service_instance.create", p.instance_create_schema()),

@@ -412,8 +412,14 @@ async fn sigterm_drains_and_resumes() {
     let ids = instance_ids("sigterm", 5);
 
     let mut first = Broker::start(&config, &store, auth).await;
+    let started = Instant::now();
     first.provision_all_async(&ids).await;
     first.assert_in_progress(&ids).await;
+    let before_stop = started.elapsed();
+    assert!(
+        before_stop < DELAY * 3 / 4,
+        "provisioning took {before_stop:?}, too close to the {DELAY:?} step to interrupt it"
+    );
     let stopping = Instant::now();
     first.sigterm();
     let status = first.proc.wait_exit(Duration::from_secs(5)).await;

@@ -253,10 +253,10 @@ impl Store for SqlStore {
                 return Ok(Created::Inserted);
             }
             // Lost the race to a live row: report it, unless it vanished meanwhile.
-            if let Some(existing) = self.get(&r.key).await? {
-                if existing.status != Status::Deleted {
-                    return Ok(Created::Exists(Box::new(existing)));
-                }
+            if let Some(existing) = self.get(&r.key).await?
+                && existing.status != Status::Deleted
+            {
+                return Ok(Created::Exists(Box::new(existing)));
             }
         }
         Err(StoreError::Corrupt {
