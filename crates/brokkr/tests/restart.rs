@@ -88,6 +88,8 @@ fn brokkr_command() -> Command {
     ] {
         cmd.env_remove(var);
     }
+    // Plain logs: they are shown when a test fails.
+    cmd.env("NO_COLOR", "1");
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
