@@ -13,11 +13,11 @@ use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
-use crate::body::{Query, check_id, read_json};
+use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::instances::{
-    ApiResult, accepted, json_response, launch, new_operation, plan_entry, poll_response,
-    validate_parameters,
+    ApiResult, accepted, json_response, launch, new_operation, operation_failed, plan_entry,
+    poll_response, read_mutation, validate_parameters,
 };
 use crate::{AppState, Broker};
 
@@ -90,10 +90,14 @@ async fn bind(
     body: Body,
 ) -> ApiResult {
     check_ids(&instance_id, &binding_id)?;
-    let query = Query::parse(query.as_deref())?;
-    let accepts_incomplete = query.accepts_incomplete()?;
-    let req = BindRequest::from_slice(&read_json(&headers, body, broker.max_body_bytes()).await?)
-        .map_err(|e| ApiError::bad_request(e.0))?;
+    let (accepts_incomplete, req) = read_mutation(
+        &broker,
+        query.as_deref(),
+        &headers,
+        body,
+        BindRequest::from_slice,
+    )
+    .await?;
     let store = broker.engine.store();
     let Some(instance) = store
         .get(&Key::instance(&instance_id))
@@ -280,12 +284,7 @@ async fn started(broker: &Broker, r: &Resource) -> ApiResult {
             )),
             _ => Ok(json_response(StatusCode::OK, &json!({}))),
         },
-        Some(done) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            done.op
-                .description
-                .unwrap_or_else(|| format!("{} failed", r.op.kind.as_str())),
-        )),
+        Some(done) => Err(operation_failed(done)),
     }
 }
 

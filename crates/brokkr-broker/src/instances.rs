@@ -220,11 +220,14 @@ async fn provision(
     body: Body,
 ) -> ApiResult {
     check_id("instance_id", &instance_id)?;
-    let query = Query::parse(query.as_deref())?;
-    let accepts_incomplete = query.accepts_incomplete()?;
-    let req =
-        ProvisionRequest::from_slice(&read_json(&headers, body, broker.max_body_bytes()).await?)
-            .map_err(|e| ApiError::bad_request(e.0))?;
+    let (accepts_incomplete, req) = read_mutation(
+        &broker,
+        query.as_deref(),
+        &headers,
+        body,
+        ProvisionRequest::from_slice,
+    )
+    .await?;
     let entry = plan_entry(&broker, &req.service_id, &req.plan_id)?;
     check_maintenance_info(entry, req.maintenance_info.as_ref())?;
     validate_parameters(
@@ -344,6 +347,30 @@ fn uuid_like(candidate: &str, replaced: &str) -> String {
     }
 }
 
+/// The answer to a synchronous request whose operation failed.
+pub(crate) fn operation_failed(done: Resource) -> ApiError {
+    let kind = done.op.kind.as_str();
+    let reason = done
+        .op
+        .description
+        .unwrap_or_else(|| format!("{kind} failed"));
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, reason)
+}
+
+/// Reads what every mutating request carries: `accepts_incomplete` and a JSON body.
+pub(crate) async fn read_mutation<T>(
+    broker: &Broker,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+    parse: fn(&[u8]) -> Result<T, brokkr_osb::messages::RequestError>,
+) -> Result<(bool, T), ApiError> {
+    let accepts_incomplete = Query::parse(query)?.accepts_incomplete()?;
+    let bytes = read_json(headers, body, broker.max_body_bytes()).await?;
+    let request = parse(&bytes).map_err(|e| ApiError::bad_request(e.0))?;
+    Ok((accepts_incomplete, request))
+}
+
 /// Answers a request that just started `r.op`: 202 for asynchronous plans, or the final answer
 /// of a synchronous one (`created` on success).
 async fn started(broker: &Broker, r: &Resource, created: StatusCode) -> ApiResult {
@@ -366,12 +393,7 @@ async fn started(broker: &Broker, r: &Resource, created: StatusCode) -> ApiResul
             }
             Ok(json_response(status, &instance_body(&done)))
         }
-        Some(done) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            done.op
-                .description
-                .unwrap_or_else(|| format!("{} failed", r.op.kind.as_str())),
-        )),
+        Some(done) => Err(operation_failed(done)),
     }
 }
 
@@ -383,10 +405,14 @@ async fn update(
     body: Body,
 ) -> ApiResult {
     check_id("instance_id", &instance_id)?;
-    let query = Query::parse(query.as_deref())?;
-    let accepts_incomplete = query.accepts_incomplete()?;
-    let req = UpdateRequest::from_slice(&read_json(&headers, body, broker.max_body_bytes()).await?)
-        .map_err(|e| ApiError::bad_request(e.0))?;
+    let (accepts_incomplete, req) = read_mutation(
+        &broker,
+        query.as_deref(),
+        &headers,
+        body,
+        UpdateRequest::from_slice,
+    )
+    .await?;
     let key = Key::instance(&instance_id);
     let Some(current) = broker
         .engine

@@ -79,7 +79,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Configuration errors arrive already formatted, one `error:` line each.
+            let text = format!("{e:#}");
+            if text.starts_with("error: ") {
+                eprintln!("{text}");
+            } else {
+                eprintln!("error: {text}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -73,6 +73,26 @@ fn binding_col(key: &Key) -> &str {
     key.binding_id.as_deref().unwrap_or("")
 }
 
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Binds an operation's columns, `op_id` to `op_started_at`, in table order.
+fn bind_operation<'q>(query: AnyQuery<'q>, op: &Operation) -> AnyQuery<'q> {
+    query
+        .bind(op.id.clone())
+        .bind(op.kind.as_str())
+        .bind(op.state.as_str())
+        .bind(op.description.clone())
+        .bind(op.request.to_string())
+        .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
+        .bind(to_i64(op.step))
+        .bind(op.step_started_at)
+        .bind(op.next_run_at)
+        .bind(op.deadline_at)
+        .bind(op.lease_owner.clone())
+        .bind(op.lease_until)
+        .bind(op.started_at)
+}
+
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -222,7 +242,7 @@ impl Store for SqlStore {
         );
         let op = &r.op;
         for _ in 0..3 {
-            let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let query = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(&r.key.instance_id)
                 .bind(binding_col(&r.key))
                 .bind(&r.service_id)
@@ -232,20 +252,8 @@ impl Store for SqlStore {
                 .bind(r.outputs.to_string())
                 .bind(r.dashboard_url.clone())
                 .bind(r.created_at)
-                .bind(r.deleted_at)
-                .bind(&op.id)
-                .bind(op.kind.as_str())
-                .bind(op.state.as_str())
-                .bind(op.description.clone())
-                .bind(op.request.to_string())
-                .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
-                .bind(to_i64(op.step))
-                .bind(op.step_started_at)
-                .bind(op.next_run_at)
-                .bind(op.deadline_at)
-                .bind(op.lease_owner.clone())
-                .bind(op.lease_until)
-                .bind(op.started_at)
+                .bind(r.deleted_at);
+            let done = bind_operation(query, op)
                 .bind(op.finished_at)
                 .execute(&self.pool)
                 .await?;
@@ -272,32 +280,20 @@ impl Store for SqlStore {
         op: &Operation,
         status: Status,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
+        let query = sqlx::query(
             "UPDATE brokkr_resources SET status = $1, op_id = $2, op_kind = $3, op_state = $4, \
              op_description = $5, op_request = $6, op_plan = $7, op_step = $8, \
              op_step_started_at = $9, op_next_run_at = $10, op_deadline_at = $11, \
              lease_owner = $12, lease_until = $13, op_started_at = $14, op_finished_at = NULL \
              WHERE instance_id = $15 AND binding_id = $16 AND op_id = $17",
         )
-        .bind(status.as_str())
-        .bind(&op.id)
-        .bind(op.kind.as_str())
-        .bind(op.state.as_str())
-        .bind(op.description.clone())
-        .bind(op.request.to_string())
-        .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
-        .bind(to_i64(op.step))
-        .bind(op.step_started_at)
-        .bind(op.next_run_at)
-        .bind(op.deadline_at)
-        .bind(op.lease_owner.clone())
-        .bind(op.lease_until)
-        .bind(op.started_at)
-        .bind(&key.instance_id)
-        .bind(binding_col(key))
-        .bind(expected_op)
-        .execute(&self.pool)
-        .await?;
+        .bind(status.as_str());
+        let done = bind_operation(query, op)
+            .bind(&key.instance_id)
+            .bind(binding_col(key))
+            .bind(expected_op)
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 
