@@ -190,7 +190,9 @@ impl Engine {
                 }
                 Err(e) => warn!(error = %e, "cannot claim due operations"),
             }
-            if now_ms() - last_purge > 60_000 {
+            // Purge at most every minute, and often enough for short retentions.
+            let purge_every = ms(inner.options.retention).clamp(1, 60_000);
+            if now_ms() - last_purge >= purge_every {
                 last_purge = now_ms();
                 let before = last_purge - ms(inner.options.retention);
                 match inner.store.purge_deleted(before).await {

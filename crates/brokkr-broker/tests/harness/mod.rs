@@ -91,6 +91,10 @@ pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
         store,
         EngineOptions {
             poll_interval: Duration::from_millis(50),
+            retention: config
+                .broker
+                .retention
+                .unwrap_or(EngineOptions::default().retention),
             ..EngineOptions::default()
         },
     );
