@@ -58,7 +58,8 @@ pub async fn request_context(request: Request, next: Next) -> Response {
         platform = origin.as_ref().map_or("", |o| o.platform.as_str()),
         user = %origin.as_ref().map(|o| o.value.to_string()).unwrap_or_default(),
     );
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let response = next.run(request).instrument(span.clone()).await;
+    let mut response = osb_error_body(response).await;
     span.in_scope(|| tracing::debug!(status = response.status().as_u16(), "answered"));
     if let Some(id) = request_id.filter(|v| !v.is_empty()) {
         response.headers_mut().insert(REQUEST_IDENTITY, id);
@@ -73,4 +74,27 @@ pub async fn request_context(request: Request, next: Next) -> Response {
         );
     }
     response
+}
+
+/// Gives error responses produced outside the handlers (path decoding, unsupported methods) an
+/// OSB error body, so that a platform always gets JSON with a `description`.
+async fn osb_error_body(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let description = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    ApiError::new(status, description).into_response()
 }

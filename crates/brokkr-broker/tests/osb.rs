@@ -359,6 +359,13 @@ async fn bad_input_is_rejected_and_changes_nothing(backend: Backend) {
         );
     }
     assert_eq!(b.get("/v2/nope").await.status, StatusCode::NOT_FOUND);
+    // Errors raised before a handler runs still carry an OSB body.
+    let r = b.get("/v2/service_instances/%FF").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.description().contains("UTF-8"), "{:?}", r.body);
+    let r = b.send(b.request(Method::POST, "/v2/catalog")).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.description(), "Method Not Allowed");
 }
 
 async fn maintenance_info_rules(backend: Backend) {
