@@ -10,6 +10,7 @@
 //! - [`store`]: the [`Store`] trait and its SQL implementation for SQLite and PostgreSQL;
 //! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines.
 
+pub mod crypto;
 pub mod model;
 pub mod runner;
 pub mod store;

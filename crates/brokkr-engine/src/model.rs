@@ -174,11 +174,20 @@ impl Operation {
         lease_ms: i64,
     ) -> Self {
         let now = crate::now_ms();
+        let description = match plan.steps.first() {
+            Some(step) => format!(
+                "{}: step 1/{} '{}' starting",
+                kind.as_str(),
+                plan.steps.len(),
+                step.name
+            ),
+            None => format!("{} in progress", kind.as_str()),
+        };
         Self {
             id: uuid::Uuid::new_v4().to_string(),
             kind,
             state: OperationState::InProgress,
-            description: None,
+            description: Some(description),
             request,
             plan,
             step: 0,

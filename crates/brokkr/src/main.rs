@@ -1,5 +1,6 @@
 //! The `brokkr` command: `serve` runs the broker; `check` and `catalog` inspect a configuration.
 
+mod secrets;
 mod serve;
 
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ enum Command {
         #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Maintain the store.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Print the catalog exactly as GET /v2/catalog serves it.
     Catalog {
         /// Configuration file or directory (default: the built-in quickstart).
@@ -33,6 +37,18 @@ enum Command {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t = Format::Json)]
         output: Format,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Re-encrypt every stored secret with the newest key (and encrypt plaintext ones).
+    Rekey {
+        /// Store URL: sqlite://PATH or postgres://…
+        #[arg(long, env = "BROKKR_STORE", default_value = "sqlite://brokkr.db")]
+        store: String,
+        #[command(flatten)]
+        keys: secrets::KeyArgs,
     },
 }
 
@@ -46,6 +62,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Store(StoreCommand::Rekey { store, keys }) => match rekey(&store, &keys) {
+            Ok(n) => {
+                println!("re-encrypted {n} resources");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check { config } => match serve::load_config(config.as_deref()) {
             Ok(c) => {
                 let plans: usize = c.catalog.services.iter().map(|s| s.plans.len()).sum();
@@ -85,4 +111,17 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn rekey(url: &str, keys: &secrets::KeyArgs) -> anyhow::Result<u64> {
+    use anyhow::Context as _;
+    let keyring = secrets::keyring(keys, url, false)?
+        .context("rekey needs an encryption key (not --insecure-plaintext-secrets)")?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let store = brokkr_engine::connect(url, Some(keyring))
+            .await
+            .with_context(|| format!("cannot open the store {}", serve::redact_url(url)))?;
+        Ok(store.rekey().await?)
+    })
 }

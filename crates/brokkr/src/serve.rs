@@ -44,6 +44,8 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "BROKKR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    keys: crate::secrets::KeyArgs,
     /// How often the engine looks for due operations (e.g. 1s, 200ms).
     #[arg(long, env = "BROKKR_POLL_INTERVAL", default_value = "1s", value_parser = humantime_duration)]
     poll_interval: std::time::Duration,
@@ -115,7 +117,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .clone()
         .or_else(|| config.store.clone())
         .unwrap_or_else(|| DEFAULT_STORE.to_owned());
-    let store = brokkr_engine::connect(&store_url)
+    let keyring = crate::secrets::keyring(&args.keys, &store_url, true)?;
+    let store = brokkr_engine::connect(&store_url, keyring)
         .await
         .with_context(|| format!("cannot open the store {}", redact_url(&store_url)))?;
     let auth = platform_auth(&args, &config, store.as_ref()).await?;
@@ -235,7 +238,7 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
 }
 
 /// A store URL without its password, for logs and errors.
-fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];

@@ -86,7 +86,13 @@ pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
         }
     };
     let config = brokkr_blueprint::load::load_str("test.yaml", yaml).expect("valid test config");
-    let store = brokkr_engine::connect(&url).await.expect("store");
+    let keyring = brokkr_engine::crypto::Keyring::from_base64([
+        brokkr_engine::crypto::Keyring::generate_key().as_str(),
+    ])
+    .unwrap();
+    let store = brokkr_engine::connect(&url, Some(keyring))
+        .await
+        .expect("store");
     let engine = Engine::new(
         store,
         EngineOptions {
@@ -117,6 +123,32 @@ pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
         _dir: dir,
         schema,
         server,
+    }
+}
+
+impl TestBroker {
+    /// Every byte the store holds about resources: the SQLite files, or the PostgreSQL rows.
+    pub async fn store_contents(&self) -> Vec<u8> {
+        match &self.schema {
+            None => {
+                let mut all = Vec::new();
+                for entry in std::fs::read_dir(self._dir.path()).unwrap() {
+                    all.extend(std::fs::read(entry.unwrap().path()).unwrap());
+                }
+                all
+            }
+            Some((pool, schema)) => {
+                let sql = format!(
+                    "SELECT COALESCE(string_agg(attrs || outputs || op_request, ''), '') AS all \
+                     FROM \"{schema}\".brokkr_resources"
+                );
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                sqlx::Row::get::<String, _>(&row, "all").into_bytes()
+            }
+        }
     }
 }
 

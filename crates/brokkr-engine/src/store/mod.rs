@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::crypto::Keyring;
 use crate::model::{Key, Operation, Resource, Status};
 
 pub use sql::SqlStore;
@@ -129,13 +130,18 @@ pub trait Store: Send + Sync {
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
 
+    /// Re-encrypts every stored secret with the newest key (and encrypts plaintext left from
+    /// before a key was configured). Returns how many resources changed.
+    async fn rekey(&self) -> Result<u64, StoreError>;
+
     /// Whether several processes may share this store (PostgreSQL) or only one (SQLite).
     fn shared(&self) -> bool;
 }
 
-/// Opens the store a URL names and brings its schema up to date.
-pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let store = SqlStore::connect(url).await?;
+/// Opens the store a URL names and brings its schema up to date. With a keyring, secrets are
+/// encrypted at rest (see [`crate::crypto`]).
+pub async fn connect(url: &str, keyring: Option<Keyring>) -> Result<Arc<dyn Store>, StoreError> {
+    let store = SqlStore::connect(url, keyring).await?;
     store.migrate().await?;
     Ok(Arc::new(store))
 }

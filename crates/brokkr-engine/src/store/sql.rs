@@ -10,6 +10,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, Store, StoreError};
+use crate::crypto::{Keyring, is_sealed};
 use crate::model::{Key, OpKind, Operation, Resource, Status};
 
 /// Which SQL database a store talks to.
@@ -23,6 +24,7 @@ enum Dialect {
 pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
+    keyring: Option<Keyring>,
 }
 
 const SCHEMA: &[&str] = &[
@@ -93,13 +95,19 @@ fn bind_operation<'q>(query: AnyQuery<'q>, op: &Operation) -> AnyQuery<'q> {
         .bind(op.started_at)
 }
 
+/// Associated data of a sealed column: its row and its name.
+fn seal_context(key: &Key, column: &str) -> String {
+    format!("{}\0{}\0{column}", key.instance_id, binding_col(key))
+}
+
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl SqlStore {
-    /// Connects to `sqlite://PATH` (created when missing) or `postgres://…`.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+    /// Connects to `sqlite://PATH` (created when missing) or `postgres://…`. With a keyring,
+    /// resource attributes (parameters, context) and outputs (credentials) are stored encrypted.
+    pub async fn connect(url: &str, keyring: Option<Keyring>) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (dialect, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
             let sep = if rest.contains('?') { '&' } else { '?' };
@@ -121,7 +129,7 @@ impl SqlStore {
                     Box::pin(async move {
                         conn.execute(
                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                             PRAGMA busy_timeout = 30000;",
+                             PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;",
                         )
                         .await?;
                         Ok(())
@@ -130,10 +138,42 @@ impl SqlStore {
             Dialect::Postgres => AnyPoolOptions::new().max_connections(16),
         };
         let pool = options.connect(&url).await?;
-        Ok(Self { pool, dialect })
+        Ok(Self {
+            pool,
+            dialect,
+            keyring,
+        })
     }
 
-    fn decode(row: &AnyRow) -> Result<Resource, StoreError> {
+    /// The text stored for a secret-bearing JSON column of `key`.
+    fn seal(&self, key: &Key, column: &str, value: &serde_json::Value) -> String {
+        let json = value.to_string();
+        match &self.keyring {
+            Some(ring) => ring.seal(&json, &seal_context(key, column)),
+            None => json,
+        }
+    }
+
+    /// The JSON text of a stored secret-bearing column. Plaintext is accepted, so that a store
+    /// written without a key keeps working after one is configured (until `rekey`).
+    fn open(&self, key: &Key, column: &str, stored: String) -> Result<String, StoreError> {
+        if !is_sealed(&stored) {
+            return Ok(stored);
+        }
+        let corrupt = |message: String| StoreError::Corrupt {
+            key: key.to_string(),
+            message,
+        };
+        let ring = self.keyring.as_ref().ok_or_else(|| {
+            corrupt(format!(
+                "{column} is encrypted but no encryption key is configured"
+            ))
+        })?;
+        ring.open(&stored, &seal_context(key, column))
+            .map_err(|e| corrupt(format!("{column}: {e}")))
+    }
+
+    fn decode(&self, row: &AnyRow) -> Result<Resource, StoreError> {
         let instance_id: String = row.try_get("instance_id")?;
         let binding_id: String = row.try_get("binding_id")?;
         let key = Key {
@@ -145,7 +185,10 @@ impl SqlStore {
             message,
         };
         let json = |col: &str| -> Result<serde_json::Value, StoreError> {
-            let text: String = row.try_get(col)?;
+            let mut text: String = row.try_get(col)?;
+            if col == "attrs" || col == "outputs" {
+                text = self.open(&key, col, text)?;
+            }
             serde_json::from_str(&text).map_err(|e| corrupt(format!("{col}: {e}")))
         };
         let status: String = row.try_get("status")?;
@@ -220,7 +263,7 @@ impl Store for SqlStore {
             .bind(binding_col(key))
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(Self::decode).transpose()
+        row.as_ref().map(|r| self.decode(r)).transpose()
     }
 
     async fn create(&self, r: &Resource) -> Result<Created, StoreError> {
@@ -247,9 +290,9 @@ impl Store for SqlStore {
                 .bind(binding_col(&r.key))
                 .bind(&r.service_id)
                 .bind(&r.plan_id)
-                .bind(r.attrs.to_string())
+                .bind(self.seal(&r.key, "attrs", &r.attrs))
                 .bind(r.status.as_str())
-                .bind(r.outputs.to_string())
+                .bind(self.seal(&r.key, "outputs", &r.outputs))
                 .bind(r.dashboard_url.clone())
                 .bind(r.created_at)
                 .bind(r.deleted_at);
@@ -364,8 +407,8 @@ impl Store for SqlStore {
         .bind(now)
         .bind(f.status.as_str())
         .bind(f.plan_id.clone())
-        .bind(f.attrs.as_ref().map(ToString::to_string))
-        .bind(f.outputs.as_ref().map(ToString::to_string))
+        .bind(f.attrs.as_ref().map(|v| self.seal(key, "attrs", v)))
+        .bind(f.outputs.as_ref().map(|v| self.seal(key, "outputs", v)))
         .bind(deleted_at)
         .bind(&key.instance_id)
         .bind(binding_col(key))
@@ -469,6 +512,55 @@ impl Store for SqlStore {
             .setting(name)
             .await?
             .unwrap_or_else(|| value.to_owned()))
+    }
+
+    async fn rekey(&self) -> Result<u64, StoreError> {
+        let Some(ring) = &self.keyring else {
+            return Ok(0);
+        };
+        let rows =
+            sqlx::query("SELECT instance_id, binding_id, attrs, outputs FROM brokkr_resources")
+                .fetch_all(&self.pool)
+                .await?;
+        let mut changed = 0;
+        for row in rows {
+            let instance_id: String = row.try_get("instance_id")?;
+            let binding_id: String = row.try_get("binding_id")?;
+            let key = Key {
+                instance_id,
+                binding_id: (!binding_id.is_empty()).then_some(binding_id),
+            };
+            let attrs: String = row.try_get("attrs")?;
+            let outputs: String = row.try_get("outputs")?;
+            if ring.is_current(&attrs) && ring.is_current(&outputs) {
+                continue;
+            }
+            let reseal = |column: &str, stored: &str| -> Result<String, StoreError> {
+                let plain = self.open(&key, column, stored.to_owned())?;
+                Ok(ring.seal(&plain, &seal_context(&key, column)))
+            };
+            let done = sqlx::query(
+                "UPDATE brokkr_resources SET attrs = $1, outputs = $2 \
+                 WHERE instance_id = $3 AND binding_id = $4 AND attrs = $5 AND outputs = $6",
+            )
+            .bind(reseal("attrs", &attrs)?)
+            .bind(reseal("outputs", &outputs)?)
+            .bind(&key.instance_id)
+            .bind(binding_col(&key))
+            .bind(&attrs)
+            .bind(&outputs)
+            .execute(&self.pool)
+            .await?;
+            changed += done.rows_affected();
+        }
+        if self.dialect == Dialect::Sqlite && changed > 0 {
+            // Rewrite the file so that no page keeps a value as it was before.
+            sqlx::query("VACUUM").execute(&self.pool).await?;
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(changed)
     }
 
     fn shared(&self) -> bool {
