@@ -32,7 +32,7 @@ pub struct KeyArgs {
 pub fn keyring(args: &KeyArgs, store_url: &str, create: bool) -> Result<Option<Keyring>> {
     if let Ok(keys) = std::env::var(KEY_ENV) {
         let ring = Keyring::from_base64(keys.split(',').filter(|k| !k.trim().is_empty()))
-            .with_context(|| format!("{KEY_ENV}"))?;
+            .context(KEY_ENV)?;
         return Ok(Some(ring));
     }
     if let Some(file) = &args.encryption_key_file {
