@@ -84,6 +84,8 @@ fn brokkr_command() -> Command {
         "BROKKR_BROKER_PASSWORD",
         "BROKKR_LOG_FORMAT",
         "BROKKR_POLL_INTERVAL",
+        "BROKKR_ENCRYPTION_KEY",
+        "BROKKR_ENCRYPTION_KEY_FILE",
         "RUST_LOG",
     ] {
         cmd.env_remove(var);
@@ -572,4 +574,33 @@ async fn generated_password_is_printed_once() {
         !stdout.contains("password:"),
         "the password was printed again on restart:\n{stdout}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sqlite_store_serves_one_process() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = quickstart_config(dir.path(), DELAY);
+    let store = store_url(dir.path());
+    let first = Broker::start(&config, &store, Some((USERNAME, PASSWORD))).await;
+    let mut second = brokkr_command();
+    second
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--store", &store])
+        .env("BROKKR_BROKER_USERNAME", USERNAME)
+        .env("BROKKR_BROKER_PASSWORD", PASSWORD);
+    let (status, _, stderr) = run_to_end(second, Duration::from_secs(5)).await;
+    assert!(
+        !status.success(),
+        "a second broker started on the same SQLite store"
+    );
+    assert!(
+        stderr.contains("in use by another brokkr process"),
+        "{stderr}"
+    );
+    // The first broker is unaffected.
+    let (status, _) = first.provision("after-refusal").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
 }

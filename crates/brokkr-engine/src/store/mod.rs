@@ -31,6 +31,9 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// Another process holds the SQLite store.
+    #[error("store: {0}")]
+    Lock(String),
     /// The store URL is not one brokkr supports.
     #[error("store: unsupported URL {0:?}; use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),

@@ -25,6 +25,8 @@ pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
     keyring: Option<Keyring>,
+    /// For SQLite: an exclusive lock that keeps a second process off the same database.
+    _lock: Option<std::fs::File>,
 }
 
 const SCHEMA: &[&str] = &[
@@ -95,6 +97,33 @@ fn bind_operation<'q>(query: AnyQuery<'q>, op: &Operation) -> AnyQuery<'q> {
         .bind(op.started_at)
 }
 
+/// Takes `<database>.lock` exclusively: a SQLite store serves one process, which on start
+/// resumes every operation left running.
+fn lock_database(url: &str) -> Result<Option<std::fs::File>, StoreError> {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Ok(None);
+    }
+    let lock_path = format!("{path}.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| StoreError::Lock(format!("cannot open {lock_path}: {e}")))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Lock(format!(
+            "{path} is in use by another brokkr process (a SQLite store serves one process; \
+             use PostgreSQL for several)"
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(StoreError::Lock(format!("cannot lock {lock_path}: {e}")))
+        }
+    }
+}
+
 /// Associated data of a sealed column: its row and its name.
 fn seal_context(key: &Key, column: &str) -> String {
     format!("{}\0{}\0{column}", key.instance_id, binding_col(key))
@@ -137,11 +166,16 @@ impl SqlStore {
                 }),
             Dialect::Postgres => AnyPoolOptions::new().max_connections(16),
         };
+        let lock = match dialect {
+            Dialect::Sqlite => lock_database(&url)?,
+            Dialect::Postgres => None,
+        };
         let pool = options.connect(&url).await?;
         Ok(Self {
             pool,
             dialect,
             keyring,
+            _lock: lock,
         })
     }
 
