@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use brokkr_blueprint::Phase;
 use brokkr_engine::store::Created;
-use brokkr_engine::{Key, OpKind, OpPlan, Resource, Status};
+use brokkr_engine::{Key, NewStatus, OpKind, OpPlan, Resource, Status};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
@@ -17,7 +17,7 @@ use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::instances::{
     ApiResult, accepted, json_response, launch, new_operation, operation_failed, plan_entry,
-    poll_response, read_mutation, validate_parameters,
+    poll_response, read_mutation, superseded, validate_parameters, wait_sync,
 };
 use crate::{AppState, Broker};
 
@@ -171,6 +171,7 @@ async fn bind(
         op,
         created_at: brokkr_engine::now_ms(),
         deleted_at: None,
+        previous: None,
     };
     let needs_async = !resource.op.plan.steps.is_empty();
 
@@ -216,10 +217,7 @@ async fn bind(
                 if accepts_incomplete {
                     return Ok(accepted(op));
                 }
-                let done = broker
-                    .engine
-                    .wait(&key, &op.id, broker.sync_timeout())
-                    .await?;
+                let done = wait_sync(&broker, &key, op).await?;
                 return match done {
                     Some(r) if r.status == Status::Ready => {
                         Ok(json_response(StatusCode::OK, &binding_body(&r, false)))
@@ -245,7 +243,7 @@ async fn bind(
                 let mut retry = resource.clone();
                 retry.op.id = uuid::Uuid::new_v4().to_string();
                 if store
-                    .start(&key, &op.id, &retry.op, Status::Creating)
+                    .start(&key, &op.id, &retry.op, NewStatus::Set(Status::Creating))
                     .await?
                 {
                     info!(instance_id, binding_id, operation = %retry.op.id, "binding again after a failure");
@@ -277,6 +275,7 @@ fn instance_busy(instance: &Resource) -> ApiError {
 async fn started(broker: &Broker, r: &Resource) -> ApiResult {
     match launch(broker, &r.key, &r.op).await? {
         None => Ok(accepted(&r.op)),
+        Some(done) if done.op.id != r.op.id => Err(superseded(&done)),
         Some(done) if done.op.state == OperationState::Succeeded => match r.op.kind {
             OpKind::Bind => Ok(json_response(
                 StatusCode::CREATED,
@@ -308,7 +307,14 @@ async fn unbind(
         else {
             return Ok(json_response(StatusCode::GONE, &json!({})));
         };
-        if service_id != current.service_id || plan_id != current.plan_id {
+        // Platforms send the instance's current plan, which an update may have changed.
+        let instance_plan = store
+            .get(&Key::instance(&instance_id))
+            .await?
+            .map(|i| i.plan_id);
+        if service_id != current.service_id
+            || (plan_id != current.plan_id && Some(plan_id) != instance_plan.as_deref())
+        {
             return Err(ApiError::bad_request(format!(
                 "binding {binding_id} has service_id {:?} and plan_id {:?}",
                 current.service_id, current.plan_id
@@ -318,10 +324,7 @@ async fn unbind(
             if accepts_incomplete {
                 return Ok(accepted(&current.op));
             }
-            let done = broker
-                .engine
-                .wait(&key, &current.op.id, broker.sync_timeout())
-                .await?;
+            let done = wait_sync(&broker, &key, &current.op).await?;
             return match done {
                 Some(r) if r.status != Status::Deleted => Err(ApiError::concurrency(format!(
                     "binding {binding_id} is being unbound"
@@ -348,18 +351,12 @@ async fn unbind(
             json!({}),
         );
         // An unbind during a bind halts the bind and removes what it made.
-        let status = if current.status == Status::Creating {
-            Status::Failed
-        } else {
-            current.status
-        };
-        if store.start(&key, &current.op.id, &op, status).await? {
+        if store
+            .start(&key, &current.op.id, &op, NewStatus::HaltCreation)
+            .await?
+        {
             info!(instance_id, binding_id, operation = %op.id, "unbinding");
-            let r = Resource {
-                op,
-                status,
-                ..current
-            };
+            let r = Resource { op, ..current };
             return started(&broker, &r).await;
         }
     }
@@ -401,12 +398,16 @@ async fn fetch(
 async fn last_operation(
     State(broker): State<AppState>,
     Path((instance_id, binding_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
 ) -> ApiResult {
     check_ids(&instance_id, &binding_id)?;
+    let query = Query::parse(query.as_deref())?;
     let r = broker
         .engine
         .store()
         .get(&Key::binding(&instance_id, &binding_id))
         .await?;
-    poll_response(r, || format!("binding {binding_id} does not exist"))
+    poll_response(r, query.get("operation"), || {
+        format!("binding {binding_id} does not exist")
+    })
 }

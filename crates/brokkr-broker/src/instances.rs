@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use brokkr_blueprint::{Phase, PlanEntry};
 use brokkr_engine::store::Created;
-use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Status};
+use brokkr_engine::{
+    CredentialsFailure, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status,
+};
 use brokkr_osb::messages::{
     AsyncResponse, InstanceOperationResponse, InstanceResource, LastOperation, ProvisionRequest,
     UpdateRequest,
@@ -113,7 +115,7 @@ pub(crate) async fn launch(
     op: &Operation,
 ) -> Result<Option<Resource>, ApiError> {
     if op.plan.steps.is_empty() {
-        broker.engine.run(key.clone()).await;
+        broker.engine.run_to_end(key.clone()).await;
         Ok(broker.engine.store().get(key).await?)
     } else {
         broker.engine.spawn(key.clone());
@@ -131,7 +133,7 @@ fn identity(attrs: &Value) -> Value {
     attrs
 }
 
-fn instance_attrs(req: &ProvisionRequest) -> Value {
+fn instance_attrs(req: &ProvisionRequest, entry: &PlanEntry) -> Value {
     let mut attrs = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
@@ -145,12 +147,13 @@ fn instance_attrs(req: &ProvisionRequest) -> Value {
         req.organization_guid.clone().map(Value::String),
     );
     put("space_guid", req.space_guid.clone().map(Value::String));
-    put(
-        "maintenance_info",
-        req.maintenance_info
-            .as_ref()
-            .map(|m| json!({"version": m.version})),
-    );
+    // The instance is built at the plan's current maintenance version.
+    let version = req
+        .maintenance_info
+        .as_ref()
+        .or(entry.plan.maintenance_info.as_ref())
+        .map(|m| m.version.clone());
+    put("maintenance_info", version.map(|v| json!({ "version": v })));
     Value::Object(attrs)
 }
 
@@ -191,8 +194,9 @@ fn instance_body(r: &Resource) -> InstanceOperationResponse {
     }
 }
 
-/// Dry-runs the binding credentials template with the instance's parameters, so that a
-/// provision whose credentials could never be valid is refused before anything is stored.
+/// Dry-runs the binding credentials template with the instance's parameters and no binding
+/// parameters, so that a provision whose credentials could never be valid is refused before
+/// anything is stored.
 fn check_credentials_possible(
     broker: &Broker,
     entry: &PlanEntry,
@@ -205,11 +209,13 @@ fn check_credentials_possible(
     probe.key = Key::binding(&instance.key.instance_id, "probe");
     probe.attrs = json!({});
     probe.op.plan.credentials = Some(binding.credentials.clone());
-    broker
-        .engine
-        .credentials(instance, &probe)
-        .map(drop)
-        .map_err(|reason| ApiError::bad_request(format!("invalid parameters: {reason}")))
+    match broker.engine.credentials(instance, &probe) {
+        Err(CredentialsFailure::Invalid(reason)) => Err(ApiError::bad_request(format!(
+            "invalid parameters: {reason}"
+        ))),
+        // A template that needs binding parameters is judged at bind time.
+        Ok(_) | Err(CredentialsFailure::Template(_)) => Ok(()),
+    }
 }
 
 async fn provision(
@@ -251,13 +257,14 @@ async fn provision(
         key: key.clone(),
         service_id: req.service_id.clone(),
         plan_id: req.plan_id.clone(),
-        attrs: instance_attrs(&req),
+        attrs: instance_attrs(&req, entry),
         status: Status::Creating,
         outputs: json!({}),
         dashboard_url: None,
         op,
         created_at: brokkr_engine::now_ms(),
         deleted_at: None,
+        previous: None,
     };
     check_credentials_possible(&broker, entry, &resource)?;
     let needs_async = !resource.op.plan.steps.is_empty();
@@ -298,10 +305,7 @@ async fn provision(
                 if accepts_incomplete {
                     return Ok(accepted(op));
                 }
-                let done = broker
-                    .engine
-                    .wait(&key, &op.id, broker.sync_timeout())
-                    .await?;
+                let done = wait_sync(&broker, &key, op).await?;
                 match done {
                     Some(r) if r.status == Status::Ready => {
                         return Ok(json_response(StatusCode::OK, &instance_body(&r)));
@@ -324,7 +328,7 @@ async fn provision(
                 if broker
                     .engine
                     .store()
-                    .start(&key, &op.id, &retry.op, Status::Creating)
+                    .start(&key, &op.id, &retry.op, NewStatus::Set(Status::Creating))
                     .await?
                 {
                     info!(instance_id, operation = %retry.op.id, "provisioning again after a failure");
@@ -345,6 +349,30 @@ fn uuid_like(candidate: &str, replaced: &str) -> String {
     } else {
         candidate.to_owned()
     }
+}
+
+/// The answer to a synchronous request whose operation was halted by another.
+pub(crate) fn superseded(now: &Resource) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        format!("the operation was halted by a {}", now.op.kind.as_str()),
+    )
+}
+
+/// Waits for a running synchronous operation (one without steps: it ends within moments). A
+/// request cannot wait for an asynchronous one: AsyncRequired.
+pub(crate) async fn wait_sync(
+    broker: &Broker,
+    key: &Key,
+    op: &Operation,
+) -> Result<Option<Resource>, ApiError> {
+    if !op.plan.steps.is_empty() {
+        return Err(ApiError::async_required());
+    }
+    Ok(broker
+        .engine
+        .wait(key, &op.id, broker.sync_timeout())
+        .await?)
 }
 
 /// The answer to a synchronous request whose operation failed.
@@ -382,6 +410,7 @@ async fn started(broker: &Broker, r: &Resource, created: StatusCode) -> ApiResul
                 ..instance_body(r)
             },
         )),
+        Some(done) if done.op.id != r.op.id => Err(superseded(&done)),
         Some(done) if done.op.state == OperationState::Succeeded => {
             let status = if r.op.kind == OpKind::Provision {
                 created
@@ -479,8 +508,24 @@ async fn update(
     if let Some(c) = &req.context {
         map.insert("context".into(), Value::Object(c.clone()));
     }
-    if let Some(mi) = &req.maintenance_info {
-        map.insert("maintenance_info".into(), json!({"version": mi.version}));
+    if let Some(version) = req
+        .maintenance_info
+        .as_ref()
+        .map(|m| m.version.clone())
+        .or_else(|| {
+            // A plan change moves the instance to the new plan's maintenance version.
+            (target_plan != current.plan_id)
+                .then(|| {
+                    entry
+                        .plan
+                        .maintenance_info
+                        .as_ref()
+                        .map(|m| m.version.clone())
+                })
+                .flatten()
+        })
+    {
+        map.insert("maintenance_info".into(), json!({ "version": version }));
     }
     let request = json!({"plan_id": target_plan, "attrs": attrs});
     if current.op.in_progress() {
@@ -493,10 +538,17 @@ async fn update(
             current.op.kind.as_str()
         )));
     }
-    if target_plan == current.plan_id && identity(&attrs) == identity(&current.attrs) {
+    if target_plan == current.plan_id && attrs == current.attrs {
         return Ok(json_response(StatusCode::OK, &instance_body(&current)));
     }
-    let steps = entry.instance_steps(Phase::Update);
+    // Only the context changed: record it, with nothing to run.
+    let context_only =
+        target_plan == current.plan_id && identity(&attrs) == identity(&current.attrs);
+    let steps = if context_only {
+        Vec::new()
+    } else {
+        entry.instance_steps(Phase::Update)
+    };
     if !steps.is_empty() && !accepts_incomplete {
         return Err(ApiError::async_required());
     }
@@ -510,12 +562,20 @@ async fn update(
         },
         request,
     );
-    if !broker
-        .engine
-        .store()
-        .start(&key, &current.op.id, &op, Status::Ready)
+    let store = broker.engine.store();
+    if !store
+        .start(&key, &current.op.id, &op, NewStatus::Set(Status::Ready))
         .await?
     {
+        // Another request got there first: the same update answers with its operation.
+        if let Some(now) = store.get(&key).await?
+            && now.op.in_progress()
+            && now.op.kind == OpKind::Update
+            && now.op.request == op.request
+            && accepts_incomplete
+        {
+            return Ok(accepted(&now.op));
+        }
         return Err(ApiError::concurrency(format!(
             "instance {instance_id} is being changed by another request"
         )));
@@ -556,10 +616,7 @@ async fn deprovision(
             match current.op.kind {
                 OpKind::Deprovision if accepts_incomplete => return Ok(accepted(&current.op)),
                 OpKind::Deprovision => {
-                    let done = broker
-                        .engine
-                        .wait(&key, &current.op.id, broker.sync_timeout())
-                        .await?;
+                    let done = wait_sync(&broker, &key, &current.op).await?;
                     return match done {
                         Some(r) if r.status != Status::Deleted => Err(ApiError::concurrency(
                             format!("instance {instance_id} is being deprovisioned"),
@@ -593,23 +650,14 @@ async fn deprovision(
             },
             json!({}),
         );
-        let status = if current.status == Status::Creating {
-            Status::Failed
-        } else {
-            current.status
-        };
         if broker
             .engine
             .store()
-            .start(&key, &current.op.id, &op, status)
+            .start(&key, &current.op.id, &op, NewStatus::HaltCreation)
             .await?
         {
             info!(instance_id, operation = %op.id, "deprovisioning");
-            let r = Resource {
-                op,
-                status,
-                ..current
-            };
+            let r = Resource { op, ..current };
             return started(&broker, &r, StatusCode::OK).await;
         }
     }
@@ -651,14 +699,7 @@ async fn fetch(State(broker): State<AppState>, Path(instance_id): Path<String>) 
     let maintenance_info = r
         .attrs
         .get("maintenance_info")
-        .cloned()
-        .and_then(|m| serde_json::from_value(m).ok())
-        .or_else(|| {
-            broker
-                .config
-                .plan(&r.service_id, &r.plan_id)
-                .and_then(|e| e.plan.maintenance_info.clone())
-        });
+        .and_then(|m| serde_json::from_value(m.clone()).ok());
     let body = InstanceResource {
         service_id: r.service_id.clone(),
         plan_id: r.plan_id.clone(),
@@ -676,20 +717,43 @@ async fn fetch(State(broker): State<AppState>, Path(instance_id): Path<String>) 
 async fn last_operation(
     State(broker): State<AppState>,
     Path(instance_id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> ApiResult {
     check_id("instance_id", &instance_id)?;
+    let query = Query::parse(query.as_deref())?;
     let r = broker
         .engine
         .store()
         .get(&Key::instance(&instance_id))
         .await?;
-    poll_response(r, || format!("instance {instance_id} does not exist"))
+    poll_response(r, query.get("operation"), || {
+        format!("instance {instance_id} does not exist")
+    })
 }
 
-/// The `last_operation` answer for a resource: its current operation, whatever `operation` id
-/// the platform sent.
-pub(crate) fn poll_response(r: Option<Resource>, missing: impl FnOnce() -> String) -> ApiResult {
+/// The `last_operation` answer for a resource: the operation the platform names if it is the one
+/// just replaced, else the current one (an unknown `operation` id is not an error).
+pub(crate) fn poll_response(
+    r: Option<Resource>,
+    operation: Option<&str>,
+    missing: impl FnOnce() -> String,
+) -> ApiResult {
     let r = r.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, missing()))?;
+    // A platform still polling the operation this one replaced gets that operation's outcome
+    // (`failed` when it was halted).
+    if let Some(prev) = r
+        .previous
+        .as_ref()
+        .filter(|p| Some(p.id.as_str()) == operation)
+    {
+        let body = LastOperation {
+            state: prev.state,
+            description: prev.description.clone(),
+            instance_usable: None,
+            update_repeatable: None,
+        };
+        return Ok(json_response(StatusCode::OK, &body));
+    }
     let op = &r.op;
     let failed_mutation = op.state == OperationState::Failed
         && matches!(op.kind, OpKind::Update | OpKind::Deprovision);
@@ -700,7 +764,8 @@ pub(crate) fn poll_response(r: Option<Resource>, missing: impl FnOnce() -> Strin
                 .clone()
                 .unwrap_or_else(|| format!("{} in progress", op.kind.as_str())),
         ),
-        instance_usable: (failed_mutation && r.key.binding_id.is_none()).then_some(true),
+        instance_usable: (failed_mutation && r.key.binding_id.is_none())
+            .then_some(r.status == Status::Ready),
         update_repeatable: (op.state == OperationState::Failed && op.kind == OpKind::Update)
             .then_some(true),
     };

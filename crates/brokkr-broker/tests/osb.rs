@@ -171,6 +171,12 @@ async fn async_provision_lifecycle(backend: Backend) {
         b.put(&path, other.clone()).await.status,
         StatusCode::CONFLICT
     );
+    // A synchronous request cannot wait for an asynchronous operation.
+    let r = b.put(&instance("i-1"), provision_body(ASYNC_PLAN)).await;
+    assert_eq!(
+        (r.status, r.error()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "AsyncRequired")
+    );
 
     // An unknown operation id in a poll is not an error.
     let done = b
@@ -400,9 +406,8 @@ async fn maintenance_info_rules(backend: Backend) {
             json!({"service_id": SERVICE, "maintenance_info": {"version": "1.0.0"}}),
         )
         .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    b.wait_done(&format!("{}/last_operation", instance("m-1")))
-        .await;
+    // Provisioned without a version, the instance was built at the plan's: nothing to do.
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
         b.get(&instance("m-1")).await.body["maintenance_info"]["version"],
         "1.0.0"
@@ -572,6 +577,7 @@ async fn deprovision_halts_a_running_provision(backend: Backend) {
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
+    let provision_op = r.operation();
     let r = b
         .delete(&format!(
             "{}?accepts_incomplete=true&{}",
@@ -580,6 +586,15 @@ async fn deprovision_halts_a_running_provision(backend: Backend) {
         ))
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
+    // The halted provision's poll says it failed.
+    let r = b
+        .get(&format!(
+            "{}/last_operation?operation={provision_op}",
+            instance("h-1")
+        ))
+        .await;
+    assert_eq!(r.body["state"], "failed");
+    assert_eq!(r.body["description"], "halted by a deprovision");
     let done = b
         .wait_done(&format!("{}/last_operation", instance("h-1")))
         .await;
@@ -724,16 +739,37 @@ async fn binding_rules(backend: Backend) {
         StatusCode::GONE
     );
 
+    // After a plan change, platforms unbind with the instance's new plan.
+    let r = b
+        .put(
+            &format!("{}?accepts_incomplete=true", bind("i-1", "b-4")),
+            body.clone(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    b.wait_done(&format!("{}/last_operation", bind("i-1", "b-4")))
+        .await;
+    let r = b
+        .patch(
+            &instance("i-1"),
+            json!({"service_id": SERVICE, "plan_id": SYNC_PLAN}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let q = format!("accepts_incomplete=true&{}", deprovision_query(SYNC_PLAN));
+    let r = b.delete(&format!("{}?{q}", bind("i-1", "b-4"))).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    b.wait_done(&format!("{}/last_operation", bind("i-1", "b-4")))
+        .await;
+
     // Deprovisioning an instance also removes bindings a platform left behind.
     let r = b
         .put(
             &format!("{}?accepts_incomplete=true", bind("i-1", "b-3")),
-            body,
+            json!({"service_id": SERVICE, "plan_id": SYNC_PLAN}),
         )
         .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED);
-    b.wait_done(&format!("{}/last_operation", bind("i-1", "b-3")))
-        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "the sync plan binds at once");
     b.delete(&format!("{}?{q}", instance("i-1"))).await;
     b.wait_done(&format!("{}/last_operation", instance("i-1")))
         .await;
@@ -843,7 +879,10 @@ async fn deadline_failure_and_orphan_mitigation(backend: Backend) {
         .wait_done(&format!("{}/last_operation", instance("o-1")))
         .await;
     assert_eq!(done.body["state"], "failed");
-    assert_eq!(done.body["instance_usable"], true);
+    assert_eq!(
+        done.body["instance_usable"], false,
+        "its provision never succeeded"
+    );
     assert!(
         done.body["description"]
             .as_str()

@@ -15,9 +15,9 @@ pub mod model;
 pub mod runner;
 pub mod store;
 
-pub use model::{Key, OpKind, OpPlan, Operation, Resource, Status};
-pub use runner::{Engine, EngineOptions};
-pub use store::{Store, StoreError, connect};
+pub use model::{Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
+pub use runner::{CredentialsFailure, Engine, EngineOptions};
+pub use store::{NewStatus, Store, StoreError, connect, redact_url};
 
 /// Milliseconds since the Unix epoch, the time unit of the store.
 pub fn now_ms() -> i64 {

@@ -207,6 +207,17 @@ impl Operation {
     }
 }
 
+/// How the operation before the current one ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreviousOperation {
+    /// Its id.
+    pub id: String,
+    /// How it ended (`failed` if the current operation halted it).
+    pub state: OperationState,
+    /// Its last description.
+    pub description: Option<String>,
+}
+
 /// An instance or a binding with its current operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resource {
@@ -226,6 +237,8 @@ pub struct Resource {
     pub dashboard_url: Option<String>,
     /// Its current or last operation.
     pub op: Operation,
+    /// The operation before, so a platform still polling it gets its outcome.
+    pub previous: Option<PreviousOperation>,
     /// When it was first created (ms).
     pub created_at: i64,
     /// When it was deleted (ms), for tombstones.

@@ -48,6 +48,17 @@ impl Default for EngineOptions {
     }
 }
 
+/// Why a binding's credentials could not be produced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialsFailure {
+    /// The credentials template did not evaluate (e.g. it needs a parameter that is absent).
+    #[error("{0}")]
+    Template(String),
+    /// The credentials break the servicebinding.io well-known entry rules.
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// What a step asks for next.
 enum Outcome {
     Done,
@@ -132,13 +143,20 @@ impl Engine {
     }
 
     /// Runs the operation of `key` in the background; it must be leased to this engine.
-    pub fn spawn(&self, key: Key) {
+    pub fn spawn(&self, key: Key) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
-        self.inner.tasks.spawn(async move { engine.run(key).await });
+        self.inner.tasks.spawn(async move { engine.run(key).await })
     }
 
-    /// Runs the operation of `key` to its end (or to a long wait) in the calling task.
-    pub async fn run(&self, key: Key) {
+    /// Runs the operation of `key` to its end (or to a long wait) in its own task and waits for
+    /// it: the operation goes on even if the caller (a request whose client left) is dropped.
+    pub async fn run_to_end(&self, key: Key) {
+        if let Err(e) = self.spawn(key).await {
+            warn!(error = %e, "an operation task ended abnormally; it will be resumed");
+        }
+    }
+
+    async fn run(&self, key: Key) {
         let span = info_span!("operation", instance_id = %key.instance_id,
             binding_id = key.binding_id.as_deref().unwrap_or(""));
         if let Err(e) = self.drive(&key).instrument(span).await {
@@ -214,13 +232,10 @@ impl Engine {
         if !op.in_progress() || op.lease_owner.as_deref() != Some(owner) {
             return Ok(());
         }
-        let running = (key.clone(), op.id.clone());
-        if !inner.running.lock().expect("lock").insert(running.clone()) {
+        let Some(_running) = Running::enter(&inner.running, key, &op.id) else {
             return Ok(()); // already running in this process
-        }
-        let result = self.drive_steps(&resource, &mut op).await;
-        inner.running.lock().expect("lock").remove(&running);
-        result
+        };
+        self.drive_steps(&resource, &mut op).await
     }
 
     async fn drive_steps(&self, resource: &Resource, op: &mut Operation) -> Result<(), StoreError> {
@@ -336,14 +351,18 @@ impl Engine {
                         outputs: Some(json!({ "credentials": credentials })),
                         ..ok("bound", Status::Ready)
                     },
-                    Err(reason) => return Ok(Err(reason)),
+                    Err(reason) => return Ok(Err(reason.to_string())),
                 }
             }
         }))
     }
 
     /// Renders and checks the credentials a bind of `binding` to `instance` produces.
-    pub fn credentials(&self, instance: &Resource, binding: &Resource) -> Result<Value, String> {
+    pub fn credentials(
+        &self,
+        instance: &Resource,
+        binding: &Resource,
+    ) -> Result<Value, CredentialsFailure> {
         let Some(template) = &binding.op.plan.credentials else {
             return Ok(Value::Object(Default::default()));
         };
@@ -365,10 +384,10 @@ impl Engine {
             .inner
             .renderer
             .render(template, &context)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| CredentialsFailure::Template(e.to_string()))?;
         credentials::finalize(rendered)
             .map(Value::Object)
-            .map_err(|e| e.to_string())
+            .map_err(|e| CredentialsFailure::Invalid(e.to_string()))
     }
 
     async fn finish(
@@ -401,6 +420,29 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// Marks an operation as running in this process for as long as it lives, even if the task
+/// running it is dropped midway.
+struct Running<'a> {
+    set: &'a Mutex<HashSet<(Key, String)>>,
+    entry: (Key, String),
+}
+
+impl<'a> Running<'a> {
+    fn enter(set: &'a Mutex<HashSet<(Key, String)>>, key: &Key, op_id: &str) -> Option<Self> {
+        let entry = (key.clone(), op_id.to_owned());
+        set.lock()
+            .expect("lock")
+            .insert(entry.clone())
+            .then_some(Self { set, entry })
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.set.lock().expect("lock").remove(&self.entry);
     }
 }
 

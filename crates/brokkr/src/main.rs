@@ -121,7 +121,7 @@ fn rekey(url: &str, keys: &secrets::KeyArgs) -> anyhow::Result<u64> {
     runtime.block_on(async {
         let store = brokkr_engine::connect(url, Some(keyring))
             .await
-            .with_context(|| format!("cannot open the store {}", serve::redact_url(url)))?;
+            .with_context(|| format!("cannot open the store {}", brokkr_engine::redact_url(url)))?;
         Ok(store.rekey().await?)
     })
 }

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use brokkr_blueprint::load::{ConfigErrors, load_path, load_str};
 use brokkr_blueprint::{Config, QUICKSTART};
 use brokkr_broker::{Auth, Broker, auth};
-use brokkr_engine::{Engine, EngineOptions, Store};
+use brokkr_engine::{Engine, EngineOptions, Store, redact_url};
 use clap::{Args, ValueEnum};
 use rand::RngExt as _;
 use tracing::{info, warn};
@@ -237,30 +237,9 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// A store URL without its password, for logs and errors.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn store_urls_are_redacted() {
-        assert_eq!(
-            redact_url("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(redact_url("sqlite://brokkr.db"), "sqlite://brokkr.db");
-    }
 
     #[test]
     fn digests_round_trip_through_hex() {

@@ -48,6 +48,16 @@ pub enum Created {
     Exists(Box<Resource>),
 }
 
+/// The status a resource takes when a new operation starts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewStatus {
+    /// This status.
+    Set(Status),
+    /// Unchanged, except that a resource still being created is marked failed: its creation is
+    /// halted by the new operation. Decided by the store at the moment of the change.
+    HaltCreation,
+}
+
 /// How an operation ended and what it changes on its resource.
 #[derive(Debug, Clone)]
 pub struct Finish {
@@ -80,14 +90,15 @@ pub trait Store: Send + Sync {
     /// Inserts a resource with its first operation, unless a live one with that key exists.
     async fn create(&self, resource: &Resource) -> Result<Created, StoreError>;
 
-    /// Replaces the resource's operation with `op` and sets `status`, if its current operation
-    /// is still `expected_op`. Returns whether it did.
+    /// Replaces the resource's operation with `op`, if its current operation is still
+    /// `expected_op`, and records the replaced one as the previous operation (`failed` when it was
+    /// still running: it is halted). Returns whether it did.
     async fn start(
         &self,
         key: &Key,
         expected_op: &str,
         op: &Operation,
-        status: Status,
+        status: NewStatus,
     ) -> Result<bool, StoreError>;
 
     /// Saves the progress of a running operation held by `owner` and renews the lease until
@@ -141,10 +152,37 @@ pub trait Store: Send + Sync {
     fn shared(&self) -> bool;
 }
 
+/// A store URL without its password, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// Opens the store a URL names and brings its schema up to date. With a keyring, secrets are
 /// encrypted at rest (see [`crate::crypto`]).
 pub async fn connect(url: &str, keyring: Option<Keyring>) -> Result<Arc<dyn Store>, StoreError> {
     let store = SqlStore::connect(url, keyring).await?;
     store.migrate().await?;
     Ok(Arc::new(store))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("sqlite://brokkr.db"), "sqlite://brokkr.db");
+        assert_eq!(redact_url("mysql://u:secret@h/db"), "mysql://u:***@h/db");
+    }
 }

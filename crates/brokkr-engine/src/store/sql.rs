@@ -9,9 +9,9 @@ use brokkr_osb::OperationState;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
-use super::{Created, Finish, Store, StoreError};
+use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::{Keyring, is_sealed};
-use crate::model::{Key, OpKind, Operation, Resource, Status};
+use crate::model::{Key, OpKind, Operation, PreviousOperation, Resource, Status};
 
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +59,9 @@ const SCHEMA: &[&str] = &[
         lease_until BIGINT NOT NULL,
         op_started_at BIGINT NOT NULL,
         op_finished_at BIGINT,
+        prev_op_id TEXT,
+        prev_op_state TEXT,
+        prev_op_description TEXT,
         PRIMARY KEY (instance_id, binding_id)
     )",
     "CREATE INDEX IF NOT EXISTS brokkr_resources_due
@@ -67,10 +70,13 @@ const SCHEMA: &[&str] = &[
         ON brokkr_resources (deleted_at) WHERE status = 'deleted'",
 ];
 
+/// Columns that may hold secrets (parameters, context, credentials), sealed with the keyring.
+const SEALED_COLUMNS: [&str; 3] = ["attrs", "outputs", "op_request"];
+
 const COLUMNS: &str = "instance_id, binding_id, service_id, plan_id, attrs, status, outputs, \
     dashboard_url, created_at, deleted_at, op_id, op_kind, op_state, op_description, op_request, \
     op_plan, op_step, op_step_started_at, op_next_run_at, op_deadline_at, lease_owner, \
-    lease_until, op_started_at, op_finished_at";
+    lease_until, op_started_at, op_finished_at, prev_op_id, prev_op_state, prev_op_description";
 
 /// Binds a key as the two columns of the primary key.
 fn binding_col(key: &Key) -> &str {
@@ -78,24 +84,6 @@ fn binding_col(key: &Key) -> &str {
 }
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
-
-/// Binds an operation's columns, `op_id` to `op_started_at`, in table order.
-fn bind_operation<'q>(query: AnyQuery<'q>, op: &Operation) -> AnyQuery<'q> {
-    query
-        .bind(op.id.clone())
-        .bind(op.kind.as_str())
-        .bind(op.state.as_str())
-        .bind(op.description.clone())
-        .bind(op.request.to_string())
-        .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
-        .bind(to_i64(op.step))
-        .bind(op.step_started_at)
-        .bind(op.next_run_at)
-        .bind(op.deadline_at)
-        .bind(op.lease_owner.clone())
-        .bind(op.lease_until)
-        .bind(op.started_at)
-}
 
 /// Takes `<database>.lock` exclusively: a SQLite store serves one process, which on start
 /// resumes every operation left running.
@@ -149,7 +137,7 @@ impl SqlStore {
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Dialect::Postgres, url.to_owned())
         } else {
-            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+            return Err(StoreError::UnsupportedUrl(super::redact_url(url)));
         };
         let options = match dialect {
             Dialect::Sqlite => AnyPoolOptions::new()
@@ -177,6 +165,24 @@ impl SqlStore {
             keyring,
             _lock: lock,
         })
+    }
+
+    /// Binds an operation's columns, `op_id` to `op_started_at`, in table order.
+    fn bind_operation<'q>(&self, query: AnyQuery<'q>, key: &Key, op: &Operation) -> AnyQuery<'q> {
+        query
+            .bind(op.id.clone())
+            .bind(op.kind.as_str())
+            .bind(op.state.as_str())
+            .bind(op.description.clone())
+            .bind(self.seal(key, "op_request", &op.request))
+            .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
+            .bind(to_i64(op.step))
+            .bind(op.step_started_at)
+            .bind(op.next_run_at)
+            .bind(op.deadline_at)
+            .bind(op.lease_owner.clone())
+            .bind(op.lease_until)
+            .bind(op.started_at)
     }
 
     /// The text stored for a secret-bearing JSON column of `key`.
@@ -220,7 +226,7 @@ impl SqlStore {
         };
         let json = |col: &str| -> Result<serde_json::Value, StoreError> {
             let mut text: String = row.try_get(col)?;
-            if col == "attrs" || col == "outputs" {
+            if SEALED_COLUMNS.contains(&col) {
                 text = self.open(&key, col, text)?;
             }
             serde_json::from_str(&text).map_err(|e| corrupt(format!("{col}: {e}")))
@@ -247,7 +253,19 @@ impl SqlStore {
             started_at: row.try_get("op_started_at")?,
             finished_at: row.try_get("op_finished_at")?,
         };
+        let prev_id: Option<String> = row.try_get("prev_op_id")?;
+        let prev_state: Option<String> = row.try_get("prev_op_state")?;
+        let previous = match (prev_id, prev_state) {
+            (Some(id), Some(state)) => Some(PreviousOperation {
+                id,
+                state: OperationState::parse(&state)
+                    .ok_or_else(|| corrupt(format!("prev_op_state {state:?}")))?,
+                description: row.try_get("prev_op_description")?,
+            }),
+            _ => None,
+        };
         Ok(Resource {
+            previous,
             service_id: row.try_get("service_id")?,
             plan_id: row.try_get("plan_id")?,
             attrs: json("attrs")?,
@@ -303,7 +321,7 @@ impl Store for SqlStore {
     async fn create(&self, r: &Resource) -> Result<Created, StoreError> {
         let sql = format!(
             "INSERT INTO brokkr_resources ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) \
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, NULL, NULL, NULL) \
              ON CONFLICT (instance_id, binding_id) DO UPDATE SET \
              service_id = excluded.service_id, plan_id = excluded.plan_id, attrs = excluded.attrs, \
              status = excluded.status, outputs = excluded.outputs, \
@@ -314,7 +332,8 @@ impl Store for SqlStore {
              op_step = excluded.op_step, op_step_started_at = excluded.op_step_started_at, \
              op_next_run_at = excluded.op_next_run_at, op_deadline_at = excluded.op_deadline_at, \
              lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, \
-             op_started_at = excluded.op_started_at, op_finished_at = excluded.op_finished_at \
+             op_started_at = excluded.op_started_at, op_finished_at = excluded.op_finished_at, \
+             prev_op_id = NULL, prev_op_state = NULL, prev_op_description = NULL \
              WHERE brokkr_resources.status = 'deleted'"
         );
         let op = &r.op;
@@ -330,7 +349,8 @@ impl Store for SqlStore {
                 .bind(r.dashboard_url.clone())
                 .bind(r.created_at)
                 .bind(r.deleted_at);
-            let done = bind_operation(query, op)
+            let done = self
+                .bind_operation(query, &r.key, op)
                 .bind(op.finished_at)
                 .execute(&self.pool)
                 .await?;
@@ -355,17 +375,29 @@ impl Store for SqlStore {
         key: &Key,
         expected_op: &str,
         op: &Operation,
-        status: Status,
+        status: NewStatus,
     ) -> Result<bool, StoreError> {
         let query = sqlx::query(
-            "UPDATE brokkr_resources SET status = $1, op_id = $2, op_kind = $3, op_state = $4, \
-             op_description = $5, op_request = $6, op_plan = $7, op_step = $8, \
-             op_step_started_at = $9, op_next_run_at = $10, op_deadline_at = $11, \
-             lease_owner = $12, lease_until = $13, op_started_at = $14, op_finished_at = NULL \
-             WHERE instance_id = $15 AND binding_id = $16 AND op_id = $17",
+            "UPDATE brokkr_resources SET \
+             status = CASE WHEN $1 = 'halt' \
+                 THEN (CASE WHEN status = 'creating' THEN 'failed' ELSE status END) ELSE $1 END, \
+             prev_op_id = op_id, \
+             prev_op_state = CASE WHEN op_state = 'in progress' THEN 'failed' ELSE op_state END, \
+             prev_op_description = CASE WHEN op_state = 'in progress' \
+                 THEN 'halted by a ' || $2 ELSE op_description END, \
+             op_id = $3, op_kind = $4, op_state = $5, \
+             op_description = $6, op_request = $7, op_plan = $8, op_step = $9, \
+             op_step_started_at = $10, op_next_run_at = $11, op_deadline_at = $12, \
+             lease_owner = $13, lease_until = $14, op_started_at = $15, op_finished_at = NULL \
+             WHERE instance_id = $16 AND binding_id = $17 AND op_id = $18",
         )
-        .bind(status.as_str());
-        let done = bind_operation(query, op)
+        .bind(match status {
+            NewStatus::Set(status) => status.as_str(),
+            NewStatus::HaltCreation => "halt",
+        })
+        .bind(op.kind.as_str());
+        let done = self
+            .bind_operation(query, key, op)
             .bind(&key.instance_id)
             .bind(binding_col(key))
             .bind(expected_op)
@@ -522,7 +554,15 @@ impl Store for SqlStore {
         .bind(before)
         .execute(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        // Bindings whose instance is gone (one created while its instance was deprovisioned).
+        let orphans = sqlx::query(
+            "DELETE FROM brokkr_resources WHERE binding_id <> '' AND op_state <> 'in progress' \
+             AND NOT EXISTS (SELECT 1 FROM brokkr_resources i \
+                 WHERE i.instance_id = brokkr_resources.instance_id AND i.binding_id = '')",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() + orphans.rows_affected())
     }
 
     async fn setting(&self, name: &str) -> Result<Option<String>, StoreError> {
@@ -552,10 +592,11 @@ impl Store for SqlStore {
         let Some(ring) = &self.keyring else {
             return Ok(0);
         };
-        let rows =
-            sqlx::query("SELECT instance_id, binding_id, attrs, outputs FROM brokkr_resources")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT instance_id, binding_id, attrs, outputs, op_request FROM brokkr_resources",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         let mut changed = 0;
         for row in rows {
             let instance_id: String = row.try_get("instance_id")?;
@@ -564,25 +605,31 @@ impl Store for SqlStore {
                 instance_id,
                 binding_id: (!binding_id.is_empty()).then_some(binding_id),
             };
-            let attrs: String = row.try_get("attrs")?;
-            let outputs: String = row.try_get("outputs")?;
-            if ring.is_current(&attrs) && ring.is_current(&outputs) {
+            let mut stored = Vec::with_capacity(SEALED_COLUMNS.len());
+            for column in SEALED_COLUMNS {
+                stored.push(row.try_get::<String, _>(column)?);
+            }
+            if stored.iter().all(|v| ring.is_current(v)) {
                 continue;
             }
-            let reseal = |column: &str, stored: &str| -> Result<String, StoreError> {
-                let plain = self.open(&key, column, stored.to_owned())?;
-                Ok(ring.seal(&plain, &seal_context(&key, column)))
-            };
+            let mut resealed = Vec::with_capacity(stored.len());
+            for (column, value) in SEALED_COLUMNS.iter().zip(&stored) {
+                let plain = self.open(&key, column, value.clone())?;
+                resealed.push(ring.seal(&plain, &seal_context(&key, column)));
+            }
             let done = sqlx::query(
-                "UPDATE brokkr_resources SET attrs = $1, outputs = $2 \
-                 WHERE instance_id = $3 AND binding_id = $4 AND attrs = $5 AND outputs = $6",
+                "UPDATE brokkr_resources SET attrs = $1, outputs = $2, op_request = $3 \
+                 WHERE instance_id = $4 AND binding_id = $5 \
+                 AND attrs = $6 AND outputs = $7 AND op_request = $8",
             )
-            .bind(reseal("attrs", &attrs)?)
-            .bind(reseal("outputs", &outputs)?)
+            .bind(&resealed[0])
+            .bind(&resealed[1])
+            .bind(&resealed[2])
             .bind(&key.instance_id)
             .bind(binding_col(&key))
-            .bind(&attrs)
-            .bind(&outputs)
+            .bind(&stored[0])
+            .bind(&stored[1])
+            .bind(&stored[2])
             .execute(&self.pool)
             .await?;
             changed += done.rows_affected();
