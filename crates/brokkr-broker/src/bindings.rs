@@ -160,19 +160,13 @@ async fn bind(
         credentials: Some(blueprint.credentials.clone()),
     };
     let op = new_operation(&broker, Some(entry), OpKind::Bind, plan, json!({}));
-    let resource = Resource {
-        key: key.clone(),
-        service_id: req.service_id.clone(),
-        plan_id: req.plan_id.clone(),
-        attrs: binding_attrs(&req, parameters),
-        status: Status::Creating,
-        outputs: json!({}),
-        dashboard_url: None,
+    let resource = Resource::new(
+        key.clone(),
+        &req.service_id,
+        &req.plan_id,
+        binding_attrs(&req, parameters),
         op,
-        created_at: brokkr_engine::now_ms(),
-        deleted_at: None,
-        previous: None,
-    };
+    );
     let needs_async = !resource.op.plan.steps.is_empty();
 
     for _ in 0..3 {

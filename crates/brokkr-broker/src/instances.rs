@@ -253,19 +253,13 @@ async fn provision(
         },
         json!({}),
     );
-    let resource = Resource {
-        key: key.clone(),
-        service_id: req.service_id.clone(),
-        plan_id: req.plan_id.clone(),
-        attrs: instance_attrs(&req, entry),
-        status: Status::Creating,
-        outputs: json!({}),
-        dashboard_url: None,
+    let resource = Resource::new(
+        key.clone(),
+        &req.service_id,
+        &req.plan_id,
+        instance_attrs(&req, entry),
         op,
-        created_at: brokkr_engine::now_ms(),
-        deleted_at: None,
-        previous: None,
-    };
+    );
     check_credentials_possible(&broker, entry, &resource)?;
     let needs_async = !resource.op.plan.steps.is_empty();
 

@@ -244,3 +244,22 @@ pub struct Resource {
     /// When it was deleted (ms), for tombstones.
     pub deleted_at: Option<i64>,
 }
+
+impl Resource {
+    /// A resource being created by its first operation, `op`.
+    pub fn new(key: Key, service_id: &str, plan_id: &str, attrs: Value, op: Operation) -> Self {
+        Self {
+            key,
+            service_id: service_id.to_owned(),
+            plan_id: plan_id.to_owned(),
+            attrs,
+            status: Status::Creating,
+            outputs: Value::Object(Default::default()),
+            dashboard_url: None,
+            op,
+            previous: None,
+            created_at: crate::now_ms(),
+            deleted_at: None,
+        }
+    }
+}
