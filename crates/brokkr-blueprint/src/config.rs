@@ -43,6 +43,9 @@ pub struct BrokerConfig {
     /// How platforms authenticate.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// How operators authenticate to the admin API (off when absent).
+    #[serde(default)]
+    pub admin_auth: Option<AuthConfig>,
     /// Largest accepted request body in bytes (default 1 MiB).
     #[serde(default)]
     pub max_body_bytes: Option<usize>,

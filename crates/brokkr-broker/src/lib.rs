@@ -9,6 +9,7 @@
 //! concurrent requests and across replicas. The work itself is done by the
 //! [`brokkr_engine::Engine`]; this crate never knows where a plan's resources live.
 
+pub mod admin;
 pub mod auth;
 pub mod bindings;
 pub mod body;
@@ -42,8 +43,10 @@ pub struct Broker {
     pub config: Arc<Config>,
     /// The operation engine (and through it, the store).
     pub engine: Engine,
-    /// Who may call.
+    /// Who may call the OSB API.
     pub auth: Auth,
+    /// Who may call the admin API; `None` turns it off.
+    pub admin_auth: Option<Auth>,
 }
 
 impl Broker {
@@ -80,6 +83,7 @@ pub fn router(broker: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(osb)
+        .merge(admin::routes(broker.clone()))
         .fallback(|| async { error::ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(axum::middleware::from_fn(headers::request_context))
         .with_state(broker)

@@ -38,6 +38,7 @@ store_tests!(
     deadline_failure_and_orphan_mitigation,
     tombstones_are_forgotten_after_retention,
     secrets_are_encrypted_at_rest,
+    admin_api_shows_operations_and_their_events,
 );
 
 fn instance(id: &str) -> String {
@@ -942,4 +943,66 @@ async fn secrets_are_encrypted_at_rest(backend: Backend) {
         b.get(&bind).await.body["credentials"]["password"],
         "binding-secret-9c1d"
     );
+}
+
+async fn admin_api_shows_operations_and_their_events(backend: Backend) {
+    let b = start(backend).await;
+    let r = b
+        .put(
+            &format!("{}?accepts_incomplete=true", instance("adm-1")),
+            provision_body(ASYNC_PLAN),
+        )
+        .await;
+    let op = r.operation();
+    b.wait_done(&format!("{}/last_operation", instance("adm-1")))
+        .await;
+    b.put(&instance("adm-2"), provision_body(SYNC_PLAN)).await;
+
+    let admin = |path: &str| {
+        b.client
+            .get(format!("{}{path}", b.base))
+            .basic_auth(ADMIN, Some(ADMIN_PASSWORD))
+    };
+    let platform = b.request(Method::GET, &format!("/admin/v1/operations/{op}"));
+    assert_eq!(
+        b.send(platform).await.status,
+        StatusCode::UNAUTHORIZED,
+        "platform credentials"
+    );
+
+    let r = b.send(admin(&format!("/admin/v1/operations/{op}"))).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["operation"]["state"], "succeeded");
+    assert_eq!(r.body["operation"]["steps"], json!(["settle"]));
+    assert_eq!(r.body["resource"]["instance_id"], "adm-1");
+    let kinds: Vec<&str> = r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["step_started", "step_finished", "succeeded"]);
+    assert!(
+        !r.body.to_string().contains("pw-1"),
+        "no credentials in the admin API"
+    );
+    assert_eq!(
+        b.send(admin("/admin/v1/operations/nope")).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let r = b.send(admin("/admin/v1/instances?state=ready")).await;
+    let ids: Vec<&str> = r.body["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["instance_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["adm-2", "adm-1"], "newest first");
+    let r = b.send(admin("/admin/v1/instances?state=failed")).await;
+    assert_eq!(r.body["instances"], json!([]));
+    for bad in ["state=bogus", "limit=0", "limit=x"] {
+        let r = b.send(admin(&format!("/admin/v1/instances?{bad}"))).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
 }

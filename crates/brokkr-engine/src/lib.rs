@@ -15,7 +15,7 @@ pub mod model;
 pub mod runner;
 pub mod store;
 
-pub use model::{Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
+pub use model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
 pub use runner::{CredentialsFailure, Engine, EngineOptions};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};
 

@@ -263,3 +263,19 @@ impl Resource {
         }
     }
 }
+
+/// One entry of an operation's event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// When it happened (ms since the Unix epoch).
+    pub at: i64,
+    /// What happened: `step_started`, `step_finished`, `step_waiting`, `resumed`, `succeeded`,
+    /// `failed`.
+    pub kind: String,
+    /// The step it concerns, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// Details for an operator; never secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

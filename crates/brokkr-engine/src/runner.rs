@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::model::{Key, OpKind, Operation, Resource, Status};
+use crate::model::{Event, Key, OpKind, Operation, Resource, Status};
 use crate::now_ms;
 use crate::store::{Finish, Store, StoreError};
 
@@ -235,6 +235,9 @@ impl Engine {
         let Some(_running) = Running::enter(&inner.running, key, &op.id) else {
             return Ok(()); // already running in this process
         };
+        if op.step > 0 || op.step_started_at.is_some() {
+            self.event(&op.id, "resumed", None, None).await;
+        }
         self.drive_steps(&resource, &mut op).await
     }
 
@@ -262,10 +265,17 @@ impl Engine {
                 self.finish(resource, &op.id, outcome).await?;
                 return Ok(());
             };
+            if op.step_started_at.is_none() {
+                self.event(&op.id, "step_started", Some(&step.name), None)
+                    .await;
+            }
             let started = op.step_started_at.unwrap_or(now);
             match run_step(step, started, now) {
                 Outcome::Done => {
                     info!(step = %step.name, kind = op.kind.as_str(), "step finished");
+                    let took = format!("{} ms", now - started);
+                    self.event(&op.id, "step_finished", Some(&step.name), Some(took))
+                        .await;
                     op.step += 1;
                     op.step_started_at = None;
                     op.next_run_at = now;
@@ -307,6 +317,13 @@ impl Engine {
                 }
                 Outcome::Fail(reason) => {
                     let reason = format!("step '{}' failed: {reason}", step.name);
+                    self.event(
+                        &op.id,
+                        "step_failed",
+                        Some(&step.name),
+                        Some(reason.clone()),
+                    )
+                    .await;
                     self.finish(resource, &op.id, Err(reason)).await?;
                     return Ok(());
                 }
@@ -315,6 +332,19 @@ impl Engine {
             if !inner.store.save_progress(key, op, owner).await? {
                 return Ok(()); // superseded or taken over
             }
+        }
+    }
+
+    /// Records an event; a store failure here is logged, never fatal to the operation.
+    async fn event(&self, op_id: &str, kind: &str, step: Option<&str>, message: Option<String>) {
+        let event = Event {
+            at: now_ms(),
+            kind: kind.to_owned(),
+            step: step.map(str::to_owned),
+            message,
+        };
+        if let Err(e) = self.inner.store.append_event(op_id, &event).await {
+            warn!(error = %e, "cannot record an operation event");
         }
     }
 
@@ -413,6 +443,13 @@ impl Engine {
             .finish(&r.key, op_id, &self.inner.owner, &finish)
             .await?;
         if saved {
+            let kind = if finish.succeeded {
+                "succeeded"
+            } else {
+                "failed"
+            };
+            self.event(op_id, kind, None, Some(finish.description.clone()))
+                .await;
             if finish.succeeded {
                 info!(kind = r.op.kind.as_str(), "operation succeeded");
             } else {

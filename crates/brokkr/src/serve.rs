@@ -44,6 +44,12 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "BROKKR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Admin API user name; with BROKKR_ADMIN_PASSWORD it turns the admin API on.
+    #[arg(long, env = "BROKKR_ADMIN_USERNAME", hide_env_values = true)]
+    admin_username: Option<String>,
+    /// Admin API password; prefer the environment variable over the flag.
+    #[arg(long, env = "BROKKR_ADMIN_PASSWORD", hide_env_values = true)]
+    admin_password: Option<String>,
     #[command(flatten)]
     keys: crate::secrets::KeyArgs,
     /// How often the engine looks for due operations (e.g. 1s, 200ms).
@@ -122,6 +128,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot open the store {}", redact_url(&store_url)))?;
     let auth = platform_auth(&args, &config, store.as_ref()).await?;
+    let admin_auth = admin_auth(&args, &config)?;
 
     let mut options = EngineOptions {
         poll_interval: args.poll_interval,
@@ -141,6 +148,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         config: Arc::new(config),
         engine: engine.clone(),
         auth,
+        admin_auth,
     });
     axum::serve(listener, brokkr_broker::router(broker))
         .with_graceful_shutdown(shutdown_signal())
@@ -173,27 +181,56 @@ async fn shutdown_signal() {
     info!("shutdown requested");
 }
 
-/// Platform credentials from the environment/flags, then the configuration; with none, a password
-/// generated on first start, kept in the store as a digest, and printed once.
-async fn platform_auth(args: &ServeArgs, config: &Config, store: &dyn Store) -> Result<Auth> {
+/// Credentials from a user name/password pair (flags or environment first, then `config`) and
+/// the config's bearer tokens; `None` when nothing is configured.
+fn configured_auth(
+    username: Option<&String>,
+    password: Option<&String>,
+    config: &brokkr_blueprint::config::AuthConfig,
+    what: &str,
+) -> Result<Option<Auth>> {
     let mut auth = Auth::default();
     let mut any = false;
-    let configured = &config.broker.auth;
-    let username = args.username.as_ref().or(configured.username.as_ref());
-    let password = args.password.as_ref().or(configured.password.as_ref());
-    match (username, password) {
+    match (
+        username.or(config.username.as_ref()),
+        password.or(config.password.as_ref()),
+    ) {
         (Some(u), Some(p)) => {
             auth = auth.basic(u, p);
             any = true;
         }
         (None, None) => {}
-        _ => anyhow::bail!("basic auth needs both a user name and a password"),
+        _ => anyhow::bail!("{what} basic auth needs both a user name and a password"),
     }
-    for token in &configured.bearer_tokens {
+    for token in &config.bearer_tokens {
         auth = auth.bearer(token);
         any = true;
     }
-    if any {
+    Ok(any.then_some(auth))
+}
+
+/// Admin API credentials from BROKKR_ADMIN_USERNAME/BROKKR_ADMIN_PASSWORD or `broker.admin_auth`.
+fn admin_auth(args: &ServeArgs, config: &Config) -> Result<Option<Auth>> {
+    let none = brokkr_blueprint::config::AuthConfig::default();
+    let configured = config.broker.admin_auth.as_ref().unwrap_or(&none);
+    configured_auth(
+        args.admin_username.as_ref(),
+        args.admin_password.as_ref(),
+        configured,
+        "admin",
+    )
+}
+
+/// Platform credentials from the environment/flags, then the configuration; with none, a password
+/// generated on first start, kept in the store as a digest, and printed once.
+async fn platform_auth(args: &ServeArgs, config: &Config, store: &dyn Store) -> Result<Auth> {
+    let configured = &config.broker.auth;
+    if let Some(auth) = configured_auth(
+        args.username.as_ref(),
+        args.password.as_ref(),
+        configured,
+        "platform",
+    )? {
         return Ok(auth);
     }
     let password: String = {
@@ -219,7 +256,7 @@ async fn platform_auth(args: &ServeArgs, config: &Config, store: &dyn Store) -> 
         );
     }
     let digest = unhex(&stored).context("the stored generated password digest is corrupt")?;
-    Ok(auth.basic_digest(GENERATED_USERNAME, digest))
+    Ok(Auth::default().basic_digest(GENERATED_USERNAME, digest))
 }
 
 fn hex(bytes: &[u8]) -> String {

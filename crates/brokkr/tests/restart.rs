@@ -84,6 +84,8 @@ fn brokkr_command() -> Command {
         "BROKKR_BROKER_PASSWORD",
         "BROKKR_LOG_FORMAT",
         "BROKKR_POLL_INTERVAL",
+        "BROKKR_ADMIN_USERNAME",
+        "BROKKR_ADMIN_PASSWORD",
         "BROKKR_ENCRYPTION_KEY",
         "BROKKR_ENCRYPTION_KEY_FILE",
         "RUST_LOG",

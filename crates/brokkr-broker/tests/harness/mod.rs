@@ -14,6 +14,8 @@ pub const ASYNC_PLAN: &str = "8d2c7e4a-5b1f-4f6e-8a3d-2c9b0e7f1a21";
 pub const SYNC_PLAN: &str = "0f6a9b3d-1c2e-4b7a-9d8f-5e4c3b2a1f32";
 const USER: &str = "platform";
 const PASSWORD: &str = "test-password";
+pub const ADMIN: &str = "operator";
+pub const ADMIN_PASSWORD: &str = "admin-password";
 
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
@@ -109,6 +111,7 @@ pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
         config: Arc::new(config),
         engine,
         auth: Auth::default().basic(USER, PASSWORD),
+        admin_auth: Some(Auth::default().basic(ADMIN, ADMIN_PASSWORD)),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

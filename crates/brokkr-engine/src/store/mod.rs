@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::crypto::Keyring;
-use crate::model::{Key, Operation, Resource, Status};
+use crate::model::{Event, Key, Operation, Resource, Status};
 
 pub use sql::SqlStore;
 
@@ -143,6 +143,23 @@ pub trait Store: Send + Sync {
 
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
+
+    /// Appends to an operation's event log.
+    async fn append_event(&self, op_id: &str, event: &Event) -> Result<(), StoreError>;
+
+    /// An operation's event log, oldest first.
+    async fn events(&self, op_id: &str) -> Result<Vec<Event>, StoreError>;
+
+    /// The resource whose current or previous operation is `op_id`.
+    async fn find_operation(&self, op_id: &str) -> Result<Option<Resource>, StoreError>;
+
+    /// Instances (not bindings), optionally only those with `status`, newest first, at most
+    /// `limit`.
+    async fn list_instances(
+        &self,
+        status: Option<Status>,
+        limit: i64,
+    ) -> Result<Vec<Resource>, StoreError>;
 
     /// Re-encrypts every stored secret with the newest key (and encrypts plaintext left from
     /// before a key was configured). Returns how many resources changed.

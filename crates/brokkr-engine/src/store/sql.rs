@@ -11,7 +11,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::{Keyring, is_sealed};
-use crate::model::{Key, OpKind, Operation, PreviousOperation, Resource, Status};
+use crate::model::{Event, Key, OpKind, Operation, PreviousOperation, Resource, Status};
 
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,16 @@ const SCHEMA: &[&str] = &[
     )",
     "CREATE INDEX IF NOT EXISTS brokkr_resources_due
         ON brokkr_resources (op_next_run_at) WHERE op_state = 'in progress'",
+    "CREATE INDEX IF NOT EXISTS brokkr_resources_op ON brokkr_resources (op_id)",
+    "CREATE INDEX IF NOT EXISTS brokkr_resources_created ON brokkr_resources (created_at)",
+    "CREATE TABLE IF NOT EXISTS brokkr_events (
+        op_id TEXT NOT NULL,
+        at BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        step TEXT,
+        message TEXT
+    )",
+    "CREATE INDEX IF NOT EXISTS brokkr_events_op ON brokkr_events (op_id, at)",
     "CREATE INDEX IF NOT EXISTS brokkr_resources_deleted
         ON brokkr_resources (deleted_at) WHERE status = 'deleted'",
 ];
@@ -562,6 +572,14 @@ impl Store for SqlStore {
         )
         .execute(&self.pool)
         .await?;
+        if done.rows_affected() + orphans.rows_affected() > 0 {
+            sqlx::query(
+                "DELETE FROM brokkr_events WHERE NOT EXISTS (SELECT 1 FROM brokkr_resources r \
+                 WHERE r.op_id = brokkr_events.op_id OR r.prev_op_id = brokkr_events.op_id)",
+            )
+            .execute(&self.pool)
+            .await?;
+        }
         Ok(done.rows_affected() + orphans.rows_affected())
     }
 
@@ -586,6 +604,67 @@ impl Store for SqlStore {
             .setting(name)
             .await?
             .unwrap_or_else(|| value.to_owned()))
+    }
+
+    async fn append_event(&self, op_id: &str, event: &Event) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(op_id)
+        .bind(event.at)
+        .bind(&event.kind)
+        .bind(event.step.clone())
+        .bind(event.message.clone())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn events(&self, op_id: &str) -> Result<Vec<Event>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at, kind, step, message FROM brokkr_events WHERE op_id = $1 ORDER BY at",
+        )
+        .bind(op_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Event {
+                    at: r.try_get("at")?,
+                    kind: r.try_get("kind")?,
+                    step: r.try_get("step")?,
+                    message: r.try_get("message")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn find_operation(&self, op_id: &str) -> Result<Option<Resource>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM brokkr_resources WHERE op_id = $1 OR prev_op_id = $1 LIMIT 1"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(op_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(|r| self.decode(r)).transpose()
+    }
+
+    async fn list_instances(
+        &self,
+        status: Option<Status>,
+        limit: i64,
+    ) -> Result<Vec<Resource>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM brokkr_resources WHERE binding_id = '' \
+             AND ($1 = '' OR status = $1) ORDER BY created_at DESC LIMIT $2"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(status.map_or("", Status::as_str))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| self.decode(r)).collect()
     }
 
     async fn rekey(&self) -> Result<u64, StoreError> {

@@ -1,0 +1,124 @@
+//! The admin API: what operators need to see what the engine is doing.
+//!
+//! `GET /admin/v1/operations/{id}` shows an operation and its event log (steps started, finished,
+//! waiting, failed); `GET /admin/v1/instances?state=…&limit=…` lists instances by status. Both use
+//! credentials separate from the platform's and never show parameters or credentials.
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use brokkr_engine::{Operation, Resource, Status};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::body::Query;
+use crate::error::ApiError;
+use crate::instances::{ApiResult, json_response};
+
+/// Most instances one listing returns.
+const MAX_LIMIT: i64 = 1000;
+
+pub(crate) fn routes(broker: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/admin/v1/operations/{operation_id}", get(operation))
+        .route("/admin/v1/instances", get(instances))
+        .layer(axum::middleware::from_fn_with_state(broker, require_admin))
+}
+
+/// Admits requests with admin credentials; without any configured, the admin API is off.
+async fn require_admin(State(broker): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(auth) = &broker.admin_auth else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "the admin API is not enabled (set BROKKR_ADMIN_USERNAME and BROKKR_ADMIN_PASSWORD)",
+        )
+        .into_response();
+    };
+    let ok = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| auth.accepts(v));
+    if ok {
+        next.run(request).await
+    } else {
+        ApiError::new(StatusCode::UNAUTHORIZED, "admin authentication required").into_response()
+    }
+}
+
+fn operation_summary(op: &Operation) -> Value {
+    json!({
+        "id": op.id,
+        "kind": op.kind.as_str(),
+        "state": op.state.as_str(),
+        "description": op.description,
+        "step": op.step,
+        "steps": op.plan.steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        "started_at": op.started_at,
+        "finished_at": op.finished_at,
+        "deadline_at": op.deadline_at,
+    })
+}
+
+fn resource_summary(r: &Resource) -> Value {
+    json!({
+        "instance_id": r.key.instance_id,
+        "binding_id": r.key.binding_id,
+        "service_id": r.service_id,
+        "plan_id": r.plan_id,
+        "status": r.status.as_str(),
+        "created_at": r.created_at,
+        "deleted_at": r.deleted_at,
+    })
+}
+
+async fn operation(State(broker): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let store = broker.engine.store();
+    let not_found = || ApiError::new(StatusCode::NOT_FOUND, format!("no operation {id}"));
+    let r = store.find_operation(&id).await?.ok_or_else(not_found)?;
+    let operation = if r.op.id == id {
+        operation_summary(&r.op)
+    } else {
+        let prev = r.previous.as_ref().ok_or_else(not_found)?;
+        json!({"id": prev.id, "state": prev.state.as_str(), "description": prev.description})
+    };
+    let events = store.events(&id).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"operation": operation, "resource": resource_summary(&r), "events": events}),
+    ))
+}
+
+async fn instances(State(broker): State<AppState>, RawQuery(query): RawQuery) -> ApiResult {
+    let query = Query::parse(query.as_deref())?;
+    let status = match query.get("state") {
+        None => None,
+        Some(s) => Some(Status::parse(s).ok_or_else(|| {
+            ApiError::bad_request("state must be one of creating, ready, failed, deleted")
+        })?),
+    };
+    let limit = match query.get("limit") {
+        None => 100,
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| ApiError::bad_request(format!("limit must be 1 to {MAX_LIMIT}")))?,
+    };
+    let list = broker.engine.store().list_instances(status, limit).await?;
+    let instances: Vec<Value> = list
+        .iter()
+        .map(|r| {
+            let mut v = resource_summary(r);
+            v["operation"] = operation_summary(&r.op);
+            v
+        })
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "instances": instances }),
+    ))
+}
