@@ -16,6 +16,7 @@ pub mod body;
 pub mod error;
 pub mod headers;
 pub mod instances;
+pub mod metrics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,9 +48,23 @@ pub struct Broker {
     pub auth: Auth,
     /// Who may call the admin API; `None` turns it off.
     pub admin_auth: Option<Auth>,
+    /// Prometheus metrics.
+    pub metrics: metrics::Metrics,
 }
 
 impl Broker {
+    /// A broker over `engine` serving `config`.
+    pub fn new(config: Arc<Config>, engine: Engine, auth: Auth, admin_auth: Option<Auth>) -> Self {
+        let metrics = metrics::Metrics::new(&engine);
+        Self {
+            config,
+            engine,
+            auth,
+            admin_auth,
+            metrics,
+        }
+    }
+
     fn max_body_bytes(&self) -> usize {
         self.config
             .broker
@@ -82,10 +97,15 @@ pub fn router(broker: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::serve))
         .merge(osb)
         .merge(admin::routes(broker.clone()))
         .fallback(|| async { error::ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(axum::middleware::from_fn(headers::request_context))
+        .route_layer(axum::middleware::from_fn_with_state(
+            broker.clone(),
+            metrics::track,
+        ))
         .with_state(broker)
 }
 

@@ -1005,4 +1005,23 @@ async fn admin_api_shows_operations_and_their_events(backend: Backend) {
         let r = b.send(admin(&format!("/admin/v1/instances?{bad}"))).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
     }
+
+    // Prometheus metrics: routes by pattern (no ids), operations by kind and state.
+    let metrics = b
+        .client
+        .get(format!("{}/metrics", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap();
+    for expected in [
+        "brokkr_operations_total{kind=\"provision\",state=\"succeeded\"} 2",
+        "route=\"/v2/service_instances/{instance_id}\"",
+        "brokkr_step_duration_seconds_count{kind=\"provision\",step=\"settle\"} 1",
+        "brokkr_operations_running 0",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+    assert!(!text.contains("adm-1"), "no ids in metric labels");
 }

@@ -11,6 +11,7 @@
 //! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines.
 
 pub mod crypto;
+pub mod metrics;
 pub mod model;
 pub mod runner;
 pub mod store;

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::metrics::{EngineMetrics, OperationLabels, StepLabels};
 use crate::model::{Event, Key, OpKind, Operation, Resource, Status};
 use crate::now_ms;
 use crate::store::{Finish, Store, StoreError};
@@ -82,6 +83,7 @@ struct Inner {
     /// Operations running in this process, by resource and operation id.
     running: Mutex<HashSet<(Key, String)>>,
     wake: Notify,
+    metrics: EngineMetrics,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -101,6 +103,7 @@ impl Engine {
                 tasks: TaskTracker::new(),
                 running: Mutex::new(HashSet::new()),
                 wake: Notify::new(),
+                metrics: EngineMetrics::default(),
             }),
         }
     }
@@ -108,6 +111,11 @@ impl Engine {
     /// The store the engine runs on.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// The engine's metrics, to register with a Prometheus registry.
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.inner.metrics
     }
 
     /// This engine's lease owner id.
@@ -238,7 +246,10 @@ impl Engine {
         if op.step > 0 || op.step_started_at.is_some() {
             self.event(&op.id, "resumed", None, None).await;
         }
-        self.drive_steps(&resource, &mut op).await
+        inner.metrics.running.inc();
+        let result = self.drive_steps(&resource, &mut op).await;
+        inner.metrics.running.dec();
+        result
     }
 
     async fn drive_steps(&self, resource: &Resource, op: &mut Operation) -> Result<(), StoreError> {
@@ -274,6 +285,12 @@ impl Engine {
                 Outcome::Done => {
                     info!(step = %step.name, kind = op.kind.as_str(), "step finished");
                     let took = format!("{} ms", now - started);
+                    let seconds = Duration::from_millis(u64::try_from(now - started).unwrap_or(0));
+                    inner
+                        .metrics
+                        .step_seconds
+                        .get_or_create(&step_labels(op, step))
+                        .observe(seconds.as_secs_f64());
                     self.event(&op.id, "step_finished", Some(&step.name), Some(took))
                         .await;
                     op.step += 1;
@@ -287,6 +304,11 @@ impl Engine {
                     ));
                 }
                 Outcome::RetryAfter(wait) => {
+                    inner
+                        .metrics
+                        .step_waits
+                        .get_or_create(&step_labels(op, step))
+                        .inc();
                     let wait = wait.min(Duration::from_millis(
                         u64::try_from(op.deadline_at - now).unwrap_or(0),
                     ));
@@ -448,6 +470,11 @@ impl Engine {
             } else {
                 "failed"
             };
+            let labels = OperationLabels {
+                kind: r.op.kind.as_str().to_owned(),
+                state: kind.to_owned(),
+            };
+            self.inner.metrics.operations.get_or_create(&labels).inc();
             self.event(op_id, kind, None, Some(finish.description.clone()))
                 .await;
             if finish.succeeded {
@@ -457,6 +484,13 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+fn step_labels(op: &Operation, step: &Step) -> StepLabels {
+    StepLabels {
+        kind: op.kind.as_str().to_owned(),
+        step: step.name.clone(),
     }
 }
 

@@ -144,12 +144,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     info!(address = %listener.local_addr()?, store = %redact_url(&store_url), "brokkr is serving the OSB API");
-    let broker = Arc::new(Broker {
-        config: Arc::new(config),
-        engine: engine.clone(),
+    let broker = Arc::new(Broker::new(
+        Arc::new(config),
+        engine.clone(),
         auth,
         admin_auth,
-    });
+    ));
     axum::serve(listener, brokkr_broker::router(broker))
         .with_graceful_shutdown(shutdown_signal())
         .await

@@ -107,12 +107,12 @@ pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
         },
     );
     engine.start().await.unwrap();
-    let broker = Arc::new(Broker {
-        config: Arc::new(config),
+    let broker = Arc::new(Broker::new(
+        Arc::new(config),
         engine,
-        auth: Auth::default().basic(USER, PASSWORD),
-        admin_auth: Some(Auth::default().basic(ADMIN, ADMIN_PASSWORD)),
-    });
+        Auth::default().basic(USER, PASSWORD),
+        Some(Auth::default().basic(ADMIN, ADMIN_PASSWORD)),
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {
