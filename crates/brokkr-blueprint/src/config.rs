@@ -163,6 +163,26 @@ pub struct Step {
         skip_serializing_if = "Option::is_none"
     )]
     pub delay: Option<Duration>,
+    /// Action: run a step kind compiled into the broker, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Arguments for `run`, passed to the step kind as written.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub with: Value,
+    /// A failure of this step never fails the operation; it is recorded as skipped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+    /// An expression; the step runs only when it is true (e.g. `parameters.backups`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// In deprovision and unbind, how long a step that keeps asking to be retried may do so before
+    /// it is skipped (default 5m). Those operations never block on one step.
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub budget: Option<Duration>,
 }
 
 impl Step {

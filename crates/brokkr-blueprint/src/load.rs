@@ -124,6 +124,11 @@ impl Config {
         self.plans.get(&(service_id.to_owned(), plan_id.to_owned()))
     }
 
+    /// Every plan.
+    pub fn plans(&self) -> impl Iterator<Item = &Arc<PlanEntry>> {
+        self.plans.values()
+    }
+
     /// The serialized `GET /v2/catalog` body.
     pub fn catalog_json(&self) -> Arc<[u8]> {
         self.catalog_json.clone()
@@ -436,6 +441,7 @@ impl Validator {
             &format!("{at}.instance.steps"),
             &blueprint.instance.steps,
             &instance_phases,
+            renderer,
         );
         match (&blueprint.binding, bindable) {
             (None, true) => self.error(
@@ -454,6 +460,7 @@ impl Validator {
                     &format!("{at}.binding.steps"),
                     &binding.steps,
                     &[Phase::Bind, Phase::Unbind],
+                    renderer,
                 );
                 if let Err(e) = renderer.check(&binding.credentials) {
                     self.error(file, format!("{at}.binding.credentials"), e.to_string());
@@ -463,7 +470,14 @@ impl Validator {
         }
     }
 
-    fn check_steps(&mut self, file: &str, at: &str, steps: &[Step], allowed: &[Phase]) {
+    fn check_steps(
+        &mut self,
+        file: &str,
+        at: &str,
+        steps: &[Step],
+        allowed: &[Phase],
+        renderer: &Renderer,
+    ) {
         let mut names = HashSet::new();
         for (i, step) in steps.iter().enumerate() {
             let at = format!("{at}[{i}]");
@@ -477,8 +491,19 @@ impl Validator {
                     format!("duplicate step name {:?}", step.name),
                 );
             }
-            if step.delay.is_none() {
-                self.error(file, &at, "a step needs an action (`delay`)");
+            match (&step.delay, &step.run) {
+                (None, None) => self.error(file, &at, "a step needs an action (`delay` or `run`)"),
+                (Some(_), Some(_)) => self.error(
+                    file,
+                    &at,
+                    "a step has one action: `delay` or `run`, not both",
+                ),
+                _ => {}
+            }
+            if let Some(when) = &step.when
+                && let Err(e) = renderer.check(&Value::String(format!("{{{{ {when} }}}}")))
+            {
+                self.error(file, format!("{at}.when"), e.message);
             }
             for phase in step.on.iter().flatten() {
                 if !allowed.contains(phase) {

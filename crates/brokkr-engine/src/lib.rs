@@ -14,6 +14,7 @@ pub mod crypto;
 pub mod metrics;
 pub mod model;
 pub mod runner;
+pub mod step;
 pub mod store;
 
 pub use model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};

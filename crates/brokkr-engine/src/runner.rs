@@ -8,8 +8,9 @@
 //! alive: those that waited out a long retry, those of a process that died, and, on a
 //! single-process SQLite store, everything left running at the last shutdown.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use brokkr_blueprint::template::Renderer;
@@ -23,6 +24,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::metrics::{EngineMetrics, OperationLabels, StepLabels};
 use crate::model::{Event, Key, OpKind, Operation, Resource, Status};
 use crate::now_ms;
+use crate::step::{StepContext, StepKind, StepOutcome};
 use crate::store::{Finish, Store, StoreError};
 
 /// Tunables of the engine; every duration can go down to milliseconds for tests.
@@ -60,11 +62,22 @@ pub enum CredentialsFailure {
     Invalid(String),
 }
 
-/// What a step asks for next.
+/// What the runner does after a step.
 enum Outcome {
     Done,
-    RetryAfter(Duration),
+    /// Run again after the wait; the reason, if any, is shown to the user.
+    RetryAfter(Duration, Option<String>),
     Fail(String),
+    /// Go on without it (condition false, optional step failed, non-blocking budget spent).
+    Skip(String),
+}
+
+/// Default time a deprovision or unbind step may keep asking to be retried before it is skipped.
+const DEFAULT_BUDGET: Duration = Duration::from_secs(300);
+
+/// Deprovision and unbind never block on one step.
+fn non_blocking(kind: OpKind) -> bool {
+    matches!(kind, OpKind::Deprovision | OpKind::Unbind)
 }
 
 /// Runs operations. Cheap to clone.
@@ -84,6 +97,7 @@ struct Inner {
     running: Mutex<HashSet<(Key, String)>>,
     wake: Notify,
     metrics: EngineMetrics,
+    steps: RwLock<HashMap<String, Arc<dyn StepKind>>>,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -104,6 +118,7 @@ impl Engine {
                 running: Mutex::new(HashSet::new()),
                 wake: Notify::new(),
                 metrics: EngineMetrics::default(),
+                steps: RwLock::new(HashMap::new()),
             }),
         }
     }
@@ -111,6 +126,12 @@ impl Engine {
     /// The store the engine runs on.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// Makes a step kind available to blueprints as `run: <name>`.
+    pub fn register(&self, name: &str, kind: Arc<dyn StepKind>) {
+        let mut steps = self.inner.steps.write().expect("lock");
+        steps.insert(name.to_owned(), kind);
     }
 
     /// The engine's metrics, to register with a Prometheus registry.
@@ -281,7 +302,41 @@ impl Engine {
                     .await;
             }
             let started = op.step_started_at.unwrap_or(now);
-            match run_step(step, started, now) {
+            let mut outcome = self.run_step(resource, op, step, started, now).await?;
+            if let Outcome::Fail(reason) = &outcome
+                && (step.optional || non_blocking(op.kind))
+            {
+                outcome = Outcome::Skip(format!("failed: {reason}"));
+            }
+            let budget = step.budget.unwrap_or(DEFAULT_BUDGET);
+            if let Outcome::RetryAfter(_, reason) = &outcome
+                && non_blocking(op.kind)
+                && now - started >= ms(budget)
+            {
+                let last = reason.as_deref().unwrap_or("still waiting");
+                let spent = humantime_ms(budget);
+                outcome = Outcome::Skip(format!("gave up after {spent}: {last}"));
+            }
+            match outcome {
+                Outcome::Skip(reason) => {
+                    warn!(step = %step.name, kind = op.kind.as_str(), %reason, "step skipped");
+                    self.event(
+                        &op.id,
+                        "step_skipped",
+                        Some(&step.name),
+                        Some(reason.clone()),
+                    )
+                    .await;
+                    op.step += 1;
+                    op.step_started_at = None;
+                    op.next_run_at = now;
+                    op.description = Some(format!(
+                        "{}: step {}/{total} '{}' skipped ({reason})",
+                        op.kind.as_str(),
+                        op.step,
+                        step.name
+                    ));
+                }
                 Outcome::Done => {
                     info!(step = %step.name, kind = op.kind.as_str(), "step finished");
                     let took = format!("{} ms", now - started);
@@ -303,23 +358,35 @@ impl Engine {
                         step.name
                     ));
                 }
-                Outcome::RetryAfter(wait) => {
+                Outcome::RetryAfter(wait, reason) => {
                     inner
                         .metrics
                         .step_waits
                         .get_or_create(&step_labels(op, step))
                         .inc();
+                    if let Some(reason) = &reason {
+                        self.event(&op.id, "step_retry", Some(&step.name), Some(reason.clone()))
+                            .await;
+                    }
                     let wait = wait.min(Duration::from_millis(
                         u64::try_from(op.deadline_at - now).unwrap_or(0),
                     ));
                     op.step_started_at = Some(started);
                     op.next_run_at = now + ms(wait);
-                    op.description = Some(format!(
-                        "{}: step {}/{total} '{}' in progress",
-                        op.kind.as_str(),
-                        op.step + 1,
-                        step.name
-                    ));
+                    op.description = Some(match &reason {
+                        Some(reason) => format!(
+                            "{}: step {}/{total} '{}': {reason}",
+                            op.kind.as_str(),
+                            op.step + 1,
+                            step.name
+                        ),
+                        None => format!(
+                            "{}: step {}/{total} '{}' in progress",
+                            op.kind.as_str(),
+                            op.step + 1,
+                            step.name
+                        ),
+                    });
                     if wait > inner.options.lease / 2 {
                         // A long wait: hand the operation back to the worker.
                         if inner.store.save_progress(key, op, owner).await? {
@@ -355,6 +422,90 @@ impl Engine {
                 return Ok(()); // superseded or taken over
             }
         }
+    }
+
+    /// Runs one step once.
+    async fn run_step(
+        &self,
+        r: &Resource,
+        op: &Operation,
+        step: &Step,
+        started: i64,
+        now: i64,
+    ) -> Result<Outcome, StoreError> {
+        let context = if step.when.is_some() || step.run.is_some() {
+            self.template_context(r, op).await?
+        } else {
+            Value::Null
+        };
+        if let Some(when) = &step.when {
+            let condition = Value::String(format!("{{{{ {when} }}}}"));
+            match self.inner.renderer.render(&condition, &context) {
+                Ok(v) if truthy(&v) => {}
+                Ok(_) => return Ok(Outcome::Skip("its condition is false".into())),
+                Err(e) => return Ok(Outcome::Fail(format!("condition: {e}"))),
+            }
+        }
+        if let Some(delay) = step.delay {
+            let elapsed = u64::try_from(now - started).unwrap_or(0);
+            let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
+            return Ok(if remaining.is_zero() {
+                Outcome::Done
+            } else {
+                Outcome::RetryAfter(remaining, None)
+            });
+        }
+        let Some(name) = &step.run else {
+            return Ok(Outcome::Fail("the step has no action".into()));
+        };
+        let kind = self.inner.steps.read().expect("lock").get(name).cloned();
+        let Some(kind) = kind else {
+            return Ok(Outcome::Fail(format!(
+                "no step kind named {name:?} is compiled into this broker"
+            )));
+        };
+        let ctx = StepContext {
+            op_kind: op.kind,
+            step: &step.name,
+            with: &step.with,
+            resource: r,
+            template_context: &context,
+            started_at: started,
+        };
+        let result = futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await;
+        Ok(match result {
+            Ok(StepOutcome::Done) => Outcome::Done,
+            Ok(StepOutcome::RetryAfter { after, reason }) => {
+                Outcome::RetryAfter(after, Some(reason))
+            }
+            Ok(StepOutcome::Fail(reason)) => Outcome::Fail(reason),
+            Err(panic) => Outcome::Fail(format!("panicked: {}", panic_message(panic.as_ref()))),
+        })
+    }
+
+    /// The values templates and step kinds see for an operation on `r`. An update sees the
+    /// parameters it is moving to.
+    async fn template_context(&self, r: &Resource, op: &Operation) -> Result<Value, StoreError> {
+        let attrs = match op.kind {
+            OpKind::Update => op.request.get("attrs").unwrap_or(&r.attrs),
+            _ => &r.attrs,
+        };
+        let own = Resource {
+            attrs: attrs.clone(),
+            ..r.clone()
+        };
+        if r.key.binding_id.is_none() {
+            return Ok(template_context(&own, None));
+        }
+        let instance = self
+            .inner
+            .store
+            .get(&Key::instance(&r.key.instance_id))
+            .await?;
+        Ok(template_context(
+            instance.as_ref().unwrap_or(&own),
+            Some(&own),
+        ))
     }
 
     /// Records an event; a store failure here is logged, never fatal to the operation.
@@ -418,20 +569,7 @@ impl Engine {
         let Some(template) = &binding.op.plan.credentials else {
             return Ok(Value::Object(Default::default()));
         };
-        let param = |r: &Resource, name: &str| r.attrs.get(name).cloned().unwrap_or(json!({}));
-        let context = json!({
-            "instance_id": instance.key.instance_id,
-            "binding_id": binding.key.binding_id,
-            "service_id": binding.service_id,
-            "plan_id": binding.plan_id,
-            "parameters": param(binding, "parameters"),
-            "context": param(binding, "context"),
-            "instance": {
-                "id": instance.key.instance_id,
-                "parameters": param(instance, "parameters"),
-                "context": param(instance, "context"),
-            },
-        });
+        let context = template_context(instance, Some(binding));
         let rendered = self
             .inner
             .renderer
@@ -517,15 +655,53 @@ impl Drop for Running<'_> {
     }
 }
 
-fn run_step(step: &Step, started: i64, now: i64) -> Outcome {
-    if let Some(delay) = step.delay {
-        let elapsed = u64::try_from(now - started).unwrap_or(0);
-        let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
-        return if remaining.is_zero() {
-            Outcome::Done
-        } else {
-            Outcome::RetryAfter(remaining)
-        };
+/// The template context for an instance, or for a binding of it: `parameters` and `context` are
+/// the resource's own; `instance` holds the instance's.
+fn template_context(instance: &Resource, binding: Option<&Resource>) -> Value {
+    let param = |r: &Resource, name: &str| r.attrs.get(name).cloned().unwrap_or(json!({}));
+    let own = binding.unwrap_or(instance);
+    json!({
+        "instance_id": instance.key.instance_id,
+        "binding_id": binding.and_then(|b| b.key.binding_id.clone()),
+        "service_id": own.service_id,
+        "plan_id": own.plan_id,
+        "parameters": param(own, "parameters"),
+        "context": param(own, "context"),
+        "instance": {
+            "id": instance.key.instance_id,
+            "parameters": param(instance, "parameters"),
+            "context": param(instance, "context"),
+        },
+    })
+}
+
+/// Whether a condition's value counts as true.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
     }
-    Outcome::Fail("the step has no action".into())
+}
+
+fn humantime_ms(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The message of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
 }

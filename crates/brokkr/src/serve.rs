@@ -113,6 +113,7 @@ fn init_logging(format: LogFormat) {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     let config = load_config(args.config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    check_step_kinds(&config, STEP_KINDS)?;
     let listen = match (args.listen, &config.broker.listen) {
         (Some(a), _) => a,
         (None, Some(a)) => a.parse().context("broker.listen")?,
@@ -156,6 +157,34 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .context("server error")?;
     info!("requests drained; stopping the engine (unfinished operations resume on next start)");
     engine.shutdown().await;
+    Ok(())
+}
+
+/// Step kinds (`run:`) compiled into this binary.
+const STEP_KINDS: &[&str] = &[];
+
+/// Refuses a configuration whose steps `run` a step kind this binary does not include.
+fn check_step_kinds(config: &Config, available: &[&str]) -> Result<()> {
+    for entry in config.plans() {
+        let binding = entry.blueprint.binding.as_ref().map(|b| b.steps.as_slice());
+        let steps = entry
+            .blueprint
+            .instance
+            .steps
+            .iter()
+            .chain(binding.unwrap_or_default());
+        for step in steps {
+            if let Some(name) = step.run.as_deref().filter(|n| !available.contains(n)) {
+                anyhow::bail!(
+                    "plan {:?} of service {:?}: step {:?} runs {name:?}, which this brokkr \
+                     binary does not include",
+                    entry.plan.name,
+                    entry.service.name,
+                    step.name
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -1,6 +1,9 @@
 //! A broker on an ephemeral port over a fresh store (SQLite file or PostgreSQL schema), and a
 //! small OSB client for black-box tests.
 
+// Shared by several test binaries; each uses only part of it.
+#![allow(dead_code)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +65,15 @@ pub async fn start(backend: Backend) -> TestBroker {
 }
 
 pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
+    start_with_steps(backend, yaml, Vec::new()).await
+}
+
+/// A broker whose engine also runs the given Rust step kinds.
+pub async fn start_with_steps(
+    backend: Backend,
+    yaml: &str,
+    kinds: Vec<(&str, Arc<dyn brokkr_engine::step::StepKind>)>,
+) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
     let (url, schema) = match backend {
         Backend::Sqlite => (format!("sqlite://{}/brokkr.db", dir.path().display()), None),
@@ -106,6 +118,9 @@ pub async fn start_with(backend: Backend, yaml: &str) -> TestBroker {
             ..EngineOptions::default()
         },
     );
+    for (name, kind) in kinds {
+        engine.register(name, kind);
+    }
     engine.start().await.unwrap();
     let broker = Arc::new(Broker::new(
         Arc::new(config),

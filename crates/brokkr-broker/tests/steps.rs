@@ -1,0 +1,219 @@
+//! The engine's step semantics, driven through the OSB API with step kinds written in Rust:
+//! conditions, retries with reasons, optional steps, panics, and the non-blocking budget of
+//! deprovision steps — against both store backends.
+
+mod harness;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use brokkr_engine::step::{StepContext, StepKind, StepOutcome, async_trait};
+use harness::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const CONFIG: &str = r#"
+catalog:
+  services:
+  - name: steps
+    id: svc-steps
+    description: Step semantics
+    bindable: false
+    plan_updateable: true
+    plans:
+    - {name: p, id: plan-steps, description: d}
+blueprints:
+- service: steps
+  plan: p
+  instance:
+    steps:
+    - {name: count, run: counter, on: [provision, deprovision]}
+    - {name: backup, run: counter, when: "parameters.backup", on: [provision]}
+    - {name: flaky, run: flaky, with: {failures: 2}, on: [provision]}
+    - {name: best-effort, run: fail, optional: true, on: [provision]}
+    - {name: stuck, run: stuck, budget: 200ms, on: [deprovision]}
+    - {name: boom, run: panics, on: [update]}
+"#;
+
+/// Counts runs per step name.
+#[derive(Default)]
+struct Runs(Mutex<HashMap<String, u32>>);
+
+impl Runs {
+    fn bump(&self, step: &str) -> u32 {
+        let mut runs = self.0.lock().unwrap();
+        let n = runs.entry(step.to_owned()).or_default();
+        *n += 1;
+        *n
+    }
+
+    fn get(&self, step: &str) -> u32 {
+        self.0.lock().unwrap().get(step).copied().unwrap_or(0)
+    }
+}
+
+struct Counter(Arc<Runs>);
+#[async_trait]
+impl StepKind for Counter {
+    async fn run(&self, ctx: &StepContext<'_>) -> StepOutcome {
+        self.0.bump(ctx.step);
+        StepOutcome::Done
+    }
+}
+
+struct Flaky(Arc<Runs>);
+#[async_trait]
+impl StepKind for Flaky {
+    async fn run(&self, ctx: &StepContext<'_>) -> StepOutcome {
+        let attempt = self.0.bump(ctx.step);
+        let failures = ctx.with["failures"].as_u64().unwrap_or(0);
+        if u64::from(attempt) <= failures {
+            StepOutcome::retry(
+                Duration::from_millis(20),
+                format!("not ready (attempt {attempt})"),
+            )
+        } else {
+            StepOutcome::Done
+        }
+    }
+}
+
+struct Fail;
+#[async_trait]
+impl StepKind for Fail {
+    async fn run(&self, _: &StepContext<'_>) -> StepOutcome {
+        StepOutcome::Fail("the backup service is down".into())
+    }
+}
+
+struct Stuck;
+#[async_trait]
+impl StepKind for Stuck {
+    async fn run(&self, _: &StepContext<'_>) -> StepOutcome {
+        StepOutcome::retry(Duration::from_millis(50), "the volume is still attached")
+    }
+}
+
+struct Panics;
+#[async_trait]
+impl StepKind for Panics {
+    async fn run(&self, _: &StepContext<'_>) -> StepOutcome {
+        panic!("boom in a step")
+    }
+}
+
+macro_rules! store_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(super::Backend::Postgres).await })*
+        }
+    };
+}
+
+store_tests!(step_semantics);
+
+async fn events(b: &TestBroker, op: &str) -> Vec<(String, String, String)> {
+    let rb = b
+        .client
+        .get(format!("{}/admin/v1/operations/{op}", b.base))
+        .basic_auth(ADMIN, Some(ADMIN_PASSWORD));
+    let r = b.send(rb).await;
+    r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+            (s("kind"), s("step"), s("message"))
+        })
+        .collect()
+}
+
+async fn step_semantics(backend: Backend) {
+    let runs = Arc::new(Runs::default());
+    let kinds: Vec<(&str, Arc<dyn StepKind>)> = vec![
+        ("counter", Arc::new(Counter(runs.clone()))),
+        ("flaky", Arc::new(Flaky(runs.clone()))),
+        ("fail", Arc::new(Fail)),
+        ("stuck", Arc::new(Stuck)),
+        ("panics", Arc::new(Panics)),
+    ];
+    let b = start_with_steps(backend, CONFIG, kinds).await;
+    let path = "/v2/service_instances/s-1?accepts_incomplete=true";
+    let poll = "/v2/service_instances/s-1/last_operation";
+    let body = json!({"service_id": "svc-steps", "plan_id": "plan-steps",
+                      "parameters": {"backup": false}});
+
+    // Provision: a false condition skips, retries carry their reason, an optional failure is
+    // skipped, and the operation succeeds.
+    let op = b.put(path, body).await.operation();
+    assert_eq!(b.wait_done(poll).await.body["state"], "succeeded");
+    assert_eq!(
+        (runs.get("count"), runs.get("backup"), runs.get("flaky")),
+        (1, 0, 3)
+    );
+    let log = events(&b, &op).await;
+    let has = |kind: &str, step: &str, text: &str| {
+        log.iter()
+            .any(|(k, s, m)| k == kind && s == step && m.contains(text))
+    };
+    assert!(
+        has("step_skipped", "backup", "condition is false"),
+        "{log:#?}"
+    );
+    assert!(
+        has("step_retry", "flaky", "not ready (attempt 2)"),
+        "{log:#?}"
+    );
+    assert!(
+        has("step_skipped", "best-effort", "the backup service is down"),
+        "{log:#?}"
+    );
+    assert_eq!(log.last().unwrap().0, "succeeded");
+
+    // Update: a panicking step fails the operation with its message; the broker keeps serving.
+    let r = b
+        .patch(
+            path,
+            json!({"service_id": "svc-steps", "parameters": {"backup": true}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let done = b.wait_done(poll).await;
+    assert_eq!(done.body["state"], "failed");
+    assert!(
+        done.body["description"]
+            .as_str()
+            .unwrap()
+            .contains("panicked: boom in a step")
+    );
+    assert_eq!(done.body["instance_usable"], true);
+    assert_eq!(
+        b.send(b.request(Method::GET, "/v2/catalog")).await.status,
+        StatusCode::OK
+    );
+
+    // Deprovision never blocks: the stuck step is skipped once its budget is spent.
+    let q = "accepts_incomplete=true&service_id=svc-steps&plan_id=plan-steps";
+    let op = b
+        .delete(&format!("/v2/service_instances/s-1?{q}"))
+        .await
+        .operation();
+    let done = b.wait_done(poll).await;
+    assert_eq!(done.body["state"], "succeeded", "{:?}", done.body);
+    assert_eq!(runs.get("count"), 2);
+    let log = events(&b, &op).await;
+    assert!(
+        log.iter().any(|(k, s, m)| k == "step_skipped"
+            && s == "stuck"
+            && m.contains("gave up after 200ms: the volume is still attached")),
+        "{log:#?}"
+    );
+    let _: Value = done.body;
+}
