@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// How often the engine looks for due operations (e.g. 1s, 200ms).
     #[arg(long, env = "BROKKR_POLL_INTERVAL", default_value = "1s", value_parser = humantime_duration)]
     poll_interval: std::time::Duration,
+    /// How long a claim on an operation lasts without renewal; with several replicas on
+    /// PostgreSQL, how soon a dead replica's operations are taken over.
+    #[arg(long, env = "BROKKR_LEASE", default_value = "30s", value_parser = humantime_duration)]
+    lease: std::time::Duration,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -133,6 +137,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
 
     let mut options = EngineOptions {
         poll_interval: args.poll_interval,
+        lease: args.lease,
         ..EngineOptions::default()
     };
     if let Some(retention) = config.broker.retention {

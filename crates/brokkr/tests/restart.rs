@@ -85,6 +85,7 @@ fn brokkr_command() -> Command {
         "BROKKR_LOG_FORMAT",
         "BROKKR_POLL_INTERVAL",
         "BROKKR_ADMIN_USERNAME",
+        "BROKKR_LEASE",
         "BROKKR_ADMIN_PASSWORD",
         "BROKKR_ENCRYPTION_KEY",
         "BROKKR_ENCRYPTION_KEY_FILE",
@@ -196,8 +197,19 @@ impl Broker {
     /// Starts `brokkr serve` and waits until `/healthz` answers. With `auth`, the credentials
     /// are given through the environment and used for every request; without, none are set.
     async fn start(config: &Path, store: &str, auth: Option<(&str, &str)>) -> Self {
+        Self::start_with(config, store, auth, |_| {}).await
+    }
+
+    /// Starts a broker after `customize` adds flags or environment to its command.
+    async fn start_with(
+        config: &Path,
+        store: &str,
+        auth: Option<(&str, &str)>,
+        customize: impl FnOnce(&mut Command),
+    ) -> Self {
         let port = free_port();
         let mut cmd = brokkr_command();
+        customize(&mut cmd);
         cmd.arg("serve")
             .arg("--config")
             .arg(config)
@@ -605,4 +617,71 @@ async fn a_sqlite_store_serves_one_process() {
     // The first broker is unaffected.
     let (status, _) = first.provision("after-refusal").await;
     assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+/// A fresh schema on the local PostgreSQL server; the URL selects it. Dropped at the end.
+struct PgSchema {
+    admin: sqlx::AnyPool,
+    name: String,
+    url: String,
+}
+
+impl PgSchema {
+    async fn create() -> Self {
+        let base = std::env::var("BROKKR_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
+        sqlx::any::install_default_drivers();
+        let admin = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&base)
+            .await
+            .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let sql = format!("CREATE SCHEMA \"{name}\"");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&admin)
+            .await
+            .expect("create schema");
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-c%20search_path%3D{name}");
+        Self { admin, name, url }
+    }
+
+    async fn drop_schema(self) {
+        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name);
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&self.admin)
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_on_postgres_take_over_a_dead_replicas_operations() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = quickstart_config(dir.path(), DELAY);
+    let pg = PgSchema::create().await;
+    let key = "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=";
+    let replica = |cmd: &mut Command| {
+        cmd.env("BROKKR_ENCRYPTION_KEY", key)
+            .env("BROKKR_LEASE", "4s");
+    };
+    let mut a = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let b = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+
+    // Operations accepted by replica A are leased to A.
+    let ids = instance_ids("replica", 20);
+    a.provision_all_async(&ids).await;
+    a.assert_in_progress(&ids).await;
+    a.kill9();
+
+    // B answers for them at once and finishes them once A's lease has expired.
+    let started = Instant::now();
+    let results = b.wait_terminal(&ids, Duration::from_secs(20)).await;
+    assert_all_succeeded(&ids, &results);
+    eprintln!(
+        "replica B finished A's operations {:?} after the kill",
+        started.elapsed()
+    );
+    drop(b);
+    pg.drop_schema().await;
 }
