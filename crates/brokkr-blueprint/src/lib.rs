@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod credentials;
+pub mod functions;
 pub mod load;
 pub mod schema;
 pub mod template;

@@ -9,11 +9,18 @@
 //! - keys are never evaluated.
 //!
 //! Values from a request can therefore only ever fill a leaf the template author wrote: they
-//! cannot add keys, documents or structure.
+//! cannot add keys, documents or structure. The functions available in expressions are those of
+//! [`crate::functions`]; docs/templates.md describes them for template authors.
 
-use minijinja::{Environment, UndefinedBehavior, Value as JValue, value::Serde};
+use std::sync::{Arc, Mutex};
+
+use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value as JValue, value::Serde};
+use rand::SeedableRng;
+use rand::rngs::ChaCha20Rng;
 use serde::Serialize;
 use serde_json::{Map, Value};
+
+use crate::functions;
 
 /// A template that failed to evaluate; the message names the leaf's path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +36,9 @@ pub struct TemplateError {
 const FUEL: u64 = 100_000;
 
 /// The evaluation environment with brokkr's function library.
+///
+/// A renderer owns the random generator behind `password`, `pet_name` and certificate serial
+/// numbers; successive renders draw successive values from it.
 pub struct Renderer {
     env: Environment<'static>,
 }
@@ -40,18 +50,31 @@ impl Default for Renderer {
 }
 
 impl Renderer {
-    /// Creates an environment with strict undefined values and bounded fuel.
+    /// Creates an environment with strict undefined values and bounded fuel, whose random values
+    /// come from a generator seeded by the operating system.
     pub fn new() -> Self {
+        Self::with_rng(rand::make_rng())
+    }
+
+    /// Like [`Renderer::new`], but `password`, `pet_name` and certificate serial numbers are
+    /// drawn from a ChaCha20 generator seeded with `seed`: the same seed and the same sequence of
+    /// renders give the same values. Private keys (and so certificates) still differ every time.
+    pub fn with_seed(seed: u64) -> Self {
+        Self::with_rng(ChaCha20Rng::seed_from_u64(seed))
+    }
+
+    fn with_rng(rng: ChaCha20Rng) -> Self {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(FUEL));
         env.add_filter("merge", merge);
+        functions::register(&mut env, &Arc::new(Mutex::new(rng)));
         Self { env }
     }
 
     /// Renders `tree` with the values of `context` in scope.
     pub fn render(&self, tree: &Value, context: &impl Serialize) -> Result<Value, TemplateError> {
-        let ctx = JValue::from(Serde(context));
+        let ctx = functions::with_callable_registry(JValue::from(Serde(context)));
         Ok(self
             .render_node(tree, &ctx, &mut String::new())?
             .unwrap_or(Value::Null))
@@ -99,7 +122,7 @@ impl Renderer {
                 for (key, value) in map {
                     let len = path.len();
                     path.push('/');
-                    path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    path.push_str(&escape_key(key));
                     if let Some(v) = self.render_node(value, ctx, path)? {
                         out.insert(key.clone(), v);
                     }
@@ -162,9 +185,11 @@ fn merge(a: JValue, b: Option<JValue>) -> Result<JValue, minijinja::Error> {
     Ok(JValue::from(Serde(Value::Object(out))))
 }
 
-/// The expression inside a leaf that is exactly `{{ expr }}`.
+/// The expression inside a leaf that is exactly `{{ expr }}` (whitespace control markers allowed).
 fn single_expression(leaf: &str) -> Option<&str> {
     let inner = leaf.trim().strip_prefix("{{")?.strip_suffix("}}")?;
+    let inner = inner.strip_prefix(['-', '+']).unwrap_or(inner);
+    let inner = inner.strip_suffix(['-', '+']).unwrap_or(inner);
     if inner.contains("{{") || inner.contains("}}") || inner.contains("{%") {
         return None;
     }
@@ -190,13 +215,18 @@ fn walk_leaves(node: &Value, path: &mut String, f: &mut impl FnMut(&str, &str)) 
             for (key, value) in map {
                 let len = path.len();
                 path.push('/');
-                path.push_str(key);
+                path.push_str(&escape_key(key));
                 walk_leaves(value, path, f);
                 path.truncate(len);
             }
         }
         _ => {}
     }
+}
+
+/// A key as a JSON pointer token.
+fn escape_key(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn display_path(path: &str) -> String {
@@ -208,8 +238,10 @@ fn display_path(path: &str) -> String {
 }
 
 fn error(path: &str, e: &minijinja::Error) -> TemplateError {
-    // The detail names the failing construct; minijinja never prints context values in it.
+    // The detail names the failing construct; neither minijinja nor brokkr's functions print
+    // context values or generated secrets in it. Function errors carry their own wording.
     let message = match e.detail() {
+        Some(detail) if e.kind() == ErrorKind::InvalidOperation => detail.to_owned(),
         Some(detail) => format!("{}: {detail}", e.kind()),
         None => e.kind().to_string(),
     };
@@ -290,5 +322,280 @@ mod tests {
             r.check(&json!({"a": "{{ x.y | merge(z) }}", "b": "plain"}))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn whitespace_control_still_makes_a_single_expression() {
+        let out = render(
+            json!({"n": "{{- p.n -}}", "m": "{{+ p.n }}"}),
+            json!({"p": {"n": 3}}),
+        )
+        .unwrap();
+        assert_eq!(out, json!({"n": 3, "m": 3}));
+    }
+
+    #[test]
+    fn check_paths_escape_keys() {
+        let err = Renderer::new()
+            .check(&json!({"a/b": {"c~d": "{{ 1 + }}"}}))
+            .unwrap_err();
+        assert_eq!(err.path, "/a~1b/c~0d");
+    }
+
+    // -- the shape of a rendered tree never depends on parameter values ------------------------
+
+    /// The tree with every string replaced by `""`: keys, nesting, list lengths and the other
+    /// scalars stay.
+    fn shape(v: &Value) -> Value {
+        match v {
+            Value::String(_) => json!(""),
+            Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+            Value::Object(map) => {
+                Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+
+    fn hostile_string() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let pieces = prop::sample::select(vec![
+            "{{",
+            "}}",
+            "{%",
+            "%}",
+            "{#",
+            "#}",
+            "---",
+            "...",
+            ": ",
+            "- ",
+            "\n",
+            "\r\n",
+            "\"",
+            "'",
+            "\\",
+            "#",
+            "&a",
+            "*a",
+            "!!binary",
+            "[",
+            "]",
+            "{",
+            "}",
+            "none",
+            "null",
+            "~",
+            "|",
+            ">",
+            "{{ 7*7 }}",
+            "{% if true %}x{% endif %}",
+            "kind: Secret",
+            "\u{0}",
+            "\u{feff}",
+            "é",
+            "{{ password(8) }}",
+            "\t",
+        ]);
+        prop::collection::vec(
+            prop_oneof![pieces.prop_map(String::from), any::<String>()],
+            0..12,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn a_parameter_string_only_ever_fills_its_leaves(s in hostile_string()) {
+            let template = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": "{{ param('/name') }}",
+                    "labels": {"app": "x-{{ param('/name') }}"},
+                },
+                "data": {
+                    "raw": "{{ parameters.name }}",
+                    "upper": "{{ param('/name') | upper }}",
+                    "b64": "{{ b64encode(param('/name')) }}",
+                    "json": "{{ param('/name') | tojson }}",
+                    "text": "say {{ parameters.name }}{% if parameters.name %}!{% endif %}",
+                    "list": ["{{ param('/name') }}", 1, true],
+                    "sha": "{{ sha256(parameters.name) }}",
+                },
+            });
+            let out = Renderer::with_seed(1)
+                .render(&template, &json!({"parameters": {"name": s}}))
+                .unwrap();
+            proptest::prop_assert_eq!(shape(&out), shape(&template));
+            proptest::prop_assert_eq!(&out["metadata"]["name"], &json!(s));
+            proptest::prop_assert_eq!(&out["metadata"]["labels"]["app"], &json!(format!("x-{s}")));
+            proptest::prop_assert_eq!(&out["data"]["raw"], &json!(s));
+            proptest::prop_assert_eq!(&out["data"]["upper"], &json!(s.to_uppercase()));
+            let json_text = out["data"]["json"].as_str().unwrap();
+            proptest::prop_assert_eq!(serde_json::from_str::<Value>(json_text).unwrap(), json!(s));
+            let bang = if s.is_empty() { "" } else { "!" };
+            proptest::prop_assert_eq!(&out["data"]["text"], &json!(format!("say {s}{bang}")));
+            proptest::prop_assert_eq!(&out["data"]["list"][0], &json!(s));
+        }
+
+        #[test]
+        fn a_parameter_value_of_any_type_stays_in_its_leaf(v in any_json()) {
+            let template = json!({
+                "spec": {"value": "{{ param('/v', none) }}", "fixed": "k"},
+                "items": ["{{ parameters.v | tojson }}", 2],
+            });
+            let out = Renderer::new()
+                .render(&template, &json!({"parameters": {"v": v}}))
+                .unwrap();
+            let mut expected = json!({"spec": {"fixed": "k"}, "items": ["", 2]});
+            if !v.is_null() {
+                expected["spec"] = json!({"value": shape(&v), "fixed": ""});
+            }
+            expected["spec"]["fixed"] = json!("");
+            proptest::prop_assert_eq!(shape(&out), expected);
+            if !v.is_null() {
+                proptest::prop_assert_eq!(&out["spec"]["value"], &v);
+            }
+        }
+    }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            hostile_string().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((hostile_string(), inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    // -- docs/templates.md ------------------------------------------------------------------
+
+    /// The `yaml example` blocks of docs/templates.md, with the line each starts on.
+    fn doc_examples() -> Vec<(usize, String)> {
+        const DOC: &str = include_str!("../../../docs/templates.md");
+        let mut out = Vec::new();
+        let mut current: Option<(usize, String)> = None;
+        for (i, line) in DOC.lines().enumerate() {
+            match &mut current {
+                None if line.trim_end() == "```yaml example" => {
+                    current = Some((i + 1, String::new()));
+                }
+                Some((_, body)) if line.trim_end() != "```" => {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+                Some(_) => out.push(current.take().unwrap()),
+                None => {}
+            }
+        }
+        assert!(current.is_none(), "unterminated example");
+        out
+    }
+
+    fn run_example(line: usize, body: &str) {
+        let at = format!("docs/templates.md:{line}");
+        let ex: Value = serde_saphyr::from_str(body).unwrap_or_else(|e| panic!("{at}: {e}"));
+        let known = [
+            "template",
+            "parameters",
+            "context",
+            "registry",
+            "seed",
+            "expect",
+            "matches",
+            "error",
+        ];
+        for key in ex.as_object().unwrap().keys() {
+            assert!(known.contains(&key.as_str()), "{at}: unknown field {key}");
+        }
+        let renderer = match ex.get("seed") {
+            Some(seed) => Renderer::with_seed(seed.as_u64().unwrap()),
+            None => Renderer::new(),
+        };
+        let mut ctx = json!({"parameters": ex.get("parameters").cloned().unwrap_or(json!({}))});
+        if let Some(extra) = ex.get("context") {
+            for (k, v) in extra.as_object().unwrap() {
+                ctx[k] = v.clone();
+            }
+        }
+        let mut result = Ok(());
+        if let Some(entries) = ex.get("registry") {
+            ctx["registry"] = json!({});
+            for (name, entry) in entries.as_object().unwrap() {
+                match renderer.render(entry, &ctx) {
+                    Ok(v) => ctx["registry"][name] = v,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let template = ex
+            .get("template")
+            .unwrap_or_else(|| panic!("{at}: no template"));
+        let result = result.and_then(|()| renderer.render(template, &ctx));
+        let checks = ["expect", "matches", "error"];
+        assert!(
+            checks.iter().any(|c| ex.get(c).is_some()),
+            "{at}: nothing to check"
+        );
+        if let Some(error) = ex.get("error") {
+            let e = result.expect_err(&format!("{at}: expected an error"));
+            let want = error.as_str().unwrap();
+            assert!(
+                e.to_string().contains(want),
+                "{at}: error `{e}` lacks `{want}`"
+            );
+            return;
+        }
+        let out = result.unwrap_or_else(|e| panic!("{at}: {e}"));
+        if let Some(expect) = ex.get("expect") {
+            assert_eq!(&out, expect, "{at}");
+        }
+        for (pointer, pattern) in ex
+            .get("matches")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let leaf = out
+                .pointer(pointer)
+                .unwrap_or_else(|| panic!("{at}: no leaf {pointer}"));
+            let leaf = leaf
+                .as_str()
+                .unwrap_or_else(|| panic!("{at}: {pointer} is not a string"));
+            let re = regex::Regex::new(pattern.as_str().unwrap()).unwrap();
+            assert!(
+                re.is_match(leaf),
+                "{at}: {pointer} = {leaf:?} does not match {re}"
+            );
+        }
+    }
+
+    #[test]
+    fn docs_examples_render_as_documented() {
+        let examples = doc_examples();
+        assert!(examples.len() >= 15, "only {} examples", examples.len());
+        for (line, body) in &examples {
+            run_example(*line, body);
+        }
+        for name in functions::FUNCTIONS {
+            let used = examples.iter().any(|(_, body)| {
+                body.contains(&format!("{name}(")) || body.contains(&format!("| {name}"))
+            });
+            assert!(used, "docs/templates.md has no example of {name}");
+        }
     }
 }
