@@ -1,6 +1,7 @@
 //! Black-box tests of the OSB API v2.17: every endpoint and status row, over HTTP, against both
 //! store backends (SQLite and the local PostgreSQL server).
 
+#[macro_use]
 mod harness;
 
 use std::collections::HashSet;
@@ -8,19 +9,6 @@ use std::collections::HashSet;
 use harness::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-
-macro_rules! store_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(super::Backend::Sqlite).await })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(super::Backend::Postgres).await })*
-        }
-    };
-}
 
 store_tests!(
     catalog_and_headers,

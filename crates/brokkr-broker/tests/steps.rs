@@ -2,6 +2,7 @@
 //! conditions, retries with reasons, optional steps, panics, and the non-blocking budget of
 //! deprovision steps — against both store backends.
 
+#[macro_use]
 mod harness;
 
 use std::collections::HashMap;
@@ -101,19 +102,6 @@ impl StepKind for Panics {
     async fn run(&self, _: &StepContext<'_>) -> StepOutcome {
         panic!("boom in a step")
     }
-}
-
-macro_rules! store_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(super::Backend::Sqlite).await })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() { super::$name(super::Backend::Postgres).await })*
-        }
-    };
 }
 
 store_tests!(step_semantics);

@@ -20,6 +20,20 @@ const PASSWORD: &str = "test-password";
 pub const ADMIN: &str = "operator";
 pub const ADMIN_PASSWORD: &str = "admin-password";
 
+/// Runs each named `async fn(Backend)` as two tests: `sqlite::name` and `postgres::name`.
+macro_rules! store_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { super::$name(super::Backend::Postgres).await })*
+        }
+    };
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Sqlite,
