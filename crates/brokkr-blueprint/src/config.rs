@@ -101,15 +101,35 @@ pub struct Blueprint {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceBlueprint {
+    /// Values computed once when the instance is provisioned, in order (a later one may use an
+    /// earlier one as `registry('name')`), kept with the instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registry: Vec<RegistryEntry>,
     /// Ordered steps; each names the operations it runs in.
     #[serde(default)]
     pub steps: Vec<Step>,
+}
+
+/// One registry definition.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryEntry {
+    /// The key, `[A-Za-z_][A-Za-z0-9_]*`.
+    pub name: String,
+    /// A template tree (usually one expression, e.g. `"{{ password(32) }}"`).
+    pub value: Value,
+    /// Masked wherever registry values are shown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secret: bool,
 }
 
 /// Steps of bind and unbind, and the credentials a binding returns.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BindingBlueprint {
+    /// Values computed once per binding, in order, starting from a copy of the instance's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registry: Vec<RegistryEntry>,
     /// Ordered steps; each names the operations it runs in.
     #[serde(default)]
     pub steps: Vec<Step>,

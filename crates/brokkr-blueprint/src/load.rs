@@ -9,7 +9,8 @@ use brokkr_osb::{Catalog, Plan, Service};
 use serde_json::Value;
 
 use crate::config::{
-    BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase, Step,
+    BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase,
+    RegistryEntry, Step,
 };
 use crate::schema::ParameterSchema;
 use crate::template::Renderer;
@@ -436,6 +437,22 @@ impl Validator {
         renderer: &Renderer,
     ) {
         let instance_phases = [Phase::Provision, Phase::Update, Phase::Deprovision];
+        let instance_keys = self.check_registry(
+            file,
+            &format!("{at}.instance.registry"),
+            &blueprint.instance.registry,
+            renderer,
+            &[],
+        );
+        if let Some(binding) = &blueprint.binding {
+            self.check_registry(
+                file,
+                &format!("{at}.binding.registry"),
+                &binding.registry,
+                renderer,
+                &instance_keys,
+            );
+        }
         self.check_steps(
             file,
             &format!("{at}.instance.steps"),
@@ -468,6 +485,49 @@ impl Validator {
             }
             (None, false) => {}
         }
+    }
+
+    /// Checks registry definitions; returns the keys they define, after `inherited`.
+    fn check_registry(
+        &mut self,
+        file: &str,
+        at: &str,
+        entries: &[RegistryEntry],
+        renderer: &Renderer,
+        inherited: &[String],
+    ) -> Vec<String> {
+        let mut keys = inherited.to_vec();
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("{at}[{i}]");
+            let valid = entry
+                .name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && entry
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                self.error(
+                    file,
+                    format!("{at}.name"),
+                    "must match [A-Za-z_][A-Za-z0-9_]*",
+                );
+            }
+            if keys.contains(&entry.name) && !inherited.contains(&entry.name) {
+                self.error(
+                    file,
+                    format!("{at}.name"),
+                    format!("duplicate registry key {:?}", entry.name),
+                );
+            }
+            if let Err(e) = renderer.check(&entry.value) {
+                self.error(file, format!("{at}.value"), e.to_string());
+            }
+            keys.push(entry.name.clone());
+        }
+        keys
     }
 
     fn check_steps(

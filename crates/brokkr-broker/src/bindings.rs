@@ -160,13 +160,18 @@ async fn bind(
         credentials: Some(blueprint.credentials.clone()),
     };
     let op = new_operation(&broker, Some(entry), OpKind::Bind, plan, json!({}));
-    let resource = Resource::new(
+    let mut resource = Resource::new(
         key.clone(),
         &req.service_id,
         &req.plan_id,
         binding_attrs(&req, parameters),
         op,
     );
+    let registry = broker
+        .engine
+        .registry(&blueprint.registry, &resource, Some(&instance))
+        .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+    resource.outputs = json!({ "registry": registry });
     let needs_async = !resource.op.plan.steps.is_empty();
 
     for _ in 0..3 {

@@ -260,6 +260,12 @@ async fn provision(
         instance_attrs(&req, entry),
         op,
     );
+    let mut resource = resource;
+    let registry = broker
+        .engine
+        .registry(&entry.blueprint.instance.registry, &resource, None)
+        .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+    resource.outputs = json!({ "registry": registry });
     check_credentials_possible(&broker, entry, &resource)?;
     let needs_async = !resource.op.plan.steps.is_empty();
 

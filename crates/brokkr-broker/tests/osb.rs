@@ -27,6 +27,7 @@ store_tests!(
     tombstones_are_forgotten_after_retention,
     secrets_are_encrypted_at_rest,
     admin_api_shows_operations_and_their_events,
+    registry_values_feed_credentials,
 );
 
 fn instance(id: &str) -> String {
@@ -1012,4 +1013,81 @@ async fn admin_api_shows_operations_and_their_events(backend: Backend) {
         assert!(text.contains(expected), "{expected} missing from:\n{text}");
     }
     assert!(!text.contains("adm-1"), "no ids in metric labels");
+}
+
+const REGISTRY_CONFIG: &str = r#"
+catalog:
+  services:
+  - name: db
+    id: svc-db
+    description: A database per instance, a user per binding
+    bindable: true
+    bindings_retrievable: true
+    plans:
+    - {name: small, id: plan-small, description: d}
+blueprints:
+- service: db
+  plan: small
+  instance:
+    registry:
+    - {name: database, value: "db-{{ instance_id }}"}
+    - {name: owner_password, value: "{{ password(24) }}", secret: true}
+  binding:
+    registry:
+    - {name: user, value: "{{ registry('database') }}-{{ binding_id }}"}
+    - {name: password, value: "{{ password(16) }}", secret: true}
+    credentials:
+      type: postgresql
+      host: db.example.com
+      database: "{{ registry('database') }}"
+      username: "{{ registry('user') }}"
+      password: "{{ registry('password') }}"
+"#;
+
+async fn registry_values_feed_credentials(backend: Backend) {
+    let b = start_with(backend, REGISTRY_CONFIG).await;
+    let body = json!({"service_id": "svc-db", "plan_id": "plan-small"});
+    assert_eq!(
+        b.put("/v2/service_instances/r-1", body.clone())
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let first = b
+        .put(
+            "/v2/service_instances/r-1/service_bindings/b-1",
+            body.clone(),
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    let c = &first.body["credentials"];
+    assert_eq!(c["database"], "db-r-1");
+    assert_eq!(
+        c["username"], "db-r-1-b-1",
+        "a binding value built on an instance value"
+    );
+    assert_eq!(c["password"].as_str().unwrap().len(), 16);
+    // Values are computed once: a repeat and a fetch return the same credentials.
+    let repeat = b
+        .put(
+            "/v2/service_instances/r-1/service_bindings/b-1",
+            body.clone(),
+        )
+        .await;
+    assert_eq!(repeat.body["credentials"], *c);
+    let fetched = b
+        .get("/v2/service_instances/r-1/service_bindings/b-1")
+        .await;
+    assert_eq!(fetched.body["credentials"], *c);
+    // Another binding gets its own user and password.
+    let second = b
+        .put("/v2/service_instances/r-1/service_bindings/b-2", body)
+        .await;
+    assert_eq!(second.body["credentials"]["username"], "db-r-1-b-2");
+    assert_ne!(second.body["credentials"]["password"], c["password"]);
+    let raw = String::from_utf8_lossy(&b.store_contents().await).into_owned();
+    assert!(
+        !raw.contains(c["password"].as_str().unwrap()),
+        "generated secrets are sealed"
+    );
 }

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use brokkr_blueprint::template::Renderer;
-use brokkr_blueprint::{Step, credentials};
-use serde_json::{Value, json};
+use brokkr_blueprint::{RegistryEntry, Step, credentials};
+use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -551,13 +551,50 @@ impl Engine {
                 };
                 match self.credentials(&instance, r) {
                     Ok(credentials) => Finish {
-                        outputs: Some(json!({ "credentials": credentials })),
+                        outputs: Some({
+                            let mut outputs = r.outputs.clone();
+                            outputs["credentials"] = credentials;
+                            outputs
+                        }),
                         ..ok("bound", Status::Ready)
                     },
                     Err(reason) => return Ok(Err(reason.to_string())),
                 }
             }
         }))
+    }
+
+    /// Evaluates registry definitions for `r` in order, each seeing the values before it: for an
+    /// instance from nothing, for a binding (with its `instance`) from a copy of the instance's.
+    pub fn registry(
+        &self,
+        entries: &[RegistryEntry],
+        r: &Resource,
+        instance: Option<&Resource>,
+    ) -> Result<Map<String, Value>, CredentialsFailure> {
+        let mut registry = match instance {
+            Some(i) => i.outputs["registry"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            None => Map::new(),
+        };
+        for entry in entries {
+            let mut context = match instance {
+                Some(i) => template_context(i, Some(r)),
+                None => template_context(r, None),
+            };
+            context["registry"] = Value::Object(registry.clone());
+            let value = self
+                .inner
+                .renderer
+                .render(&entry.value, &context)
+                .map_err(|e| {
+                    CredentialsFailure::Template(format!("registry {}: {e}", entry.name))
+                })?;
+            registry.insert(entry.name.clone(), value);
+        }
+        Ok(registry)
     }
 
     /// Renders and checks the credentials a bind of `binding` to `instance` produces.
@@ -672,6 +709,7 @@ fn template_context(instance: &Resource, binding: Option<&Resource>) -> Value {
             "parameters": param(instance, "parameters"),
             "context": param(instance, "context"),
         },
+        "registry": own.outputs.get("registry").cloned().unwrap_or(json!({})),
     })
 }
 
