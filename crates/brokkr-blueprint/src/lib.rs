@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod credentials;
+pub mod evaluate;
 pub mod functions;
 pub mod load;
 pub mod schema;

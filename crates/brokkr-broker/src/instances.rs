@@ -10,9 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use brokkr_blueprint::{Phase, PlanEntry};
 use brokkr_engine::store::Created;
-use brokkr_engine::{
-    CredentialsFailure, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status,
-};
+use brokkr_engine::{EvaluationError, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status};
 use brokkr_osb::messages::{
     AsyncResponse, InstanceOperationResponse, InstanceResource, LastOperation, ProvisionRequest,
     UpdateRequest,
@@ -210,11 +208,11 @@ fn check_credentials_possible(
     probe.attrs = json!({});
     probe.op.plan.credentials = Some(binding.credentials.clone());
     match broker.engine.credentials(instance, &probe) {
-        Err(CredentialsFailure::Invalid(reason)) => Err(ApiError::bad_request(format!(
+        Err(EvaluationError::Invalid(reason)) => Err(ApiError::bad_request(format!(
             "invalid parameters: {reason}"
         ))),
         // A template that needs binding parameters is judged at bind time.
-        Ok(_) | Err(CredentialsFailure::Template(_)) => Ok(()),
+        Ok(_) | Err(EvaluationError::Template(_)) => Ok(()),
     }
 }
 

@@ -17,8 +17,9 @@ pub mod runner;
 pub mod step;
 pub mod store;
 
+pub use brokkr_blueprint::evaluate::EvaluationError;
 pub use model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
-pub use runner::{CredentialsFailure, Engine, EngineOptions};
+pub use runner::{Engine, EngineOptions};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};
 
 /// Milliseconds since the Unix epoch, the time unit of the store.

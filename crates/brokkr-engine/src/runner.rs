@@ -13,9 +13,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use brokkr_blueprint::evaluate::{self, EvaluationError, Subject};
 use brokkr_blueprint::template::Renderer;
-use brokkr_blueprint::{RegistryEntry, Step, credentials};
-use serde_json::{Map, Value, json};
+use brokkr_blueprint::{RegistryEntry, Step};
+use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -49,17 +50,6 @@ impl Default for EngineOptions {
             retention: Duration::from_secs(24 * 3600),
         }
     }
-}
-
-/// Why a binding's credentials could not be produced.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CredentialsFailure {
-    /// The credentials template did not evaluate (e.g. it needs a parameter that is absent).
-    #[error("{0}")]
-    Template(String),
-    /// The credentials break the servicebinding.io well-known entry rules.
-    #[error("{0}")]
-    Invalid(String),
 }
 
 /// What the runner does after a step.
@@ -571,30 +561,16 @@ impl Engine {
         entries: &[RegistryEntry],
         r: &Resource,
         instance: Option<&Resource>,
-    ) -> Result<Map<String, Value>, CredentialsFailure> {
-        let mut registry = match instance {
-            Some(i) => i.outputs["registry"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            None => Map::new(),
-        };
-        for entry in entries {
-            let mut context = match instance {
-                Some(i) => template_context(i, Some(r)),
-                None => template_context(r, None),
-            };
-            context["registry"] = Value::Object(registry.clone());
-            let value = self
-                .inner
-                .renderer
-                .render(&entry.value, &context)
-                .map_err(|e| {
-                    CredentialsFailure::Template(format!("registry {}: {e}", entry.name))
-                })?;
-            registry.insert(entry.name.clone(), value);
+    ) -> Result<Map<String, Value>, EvaluationError> {
+        match instance {
+            Some(i) => evaluate::registry(
+                &self.inner.renderer,
+                entries,
+                &subject(i),
+                Some(&subject(r)),
+            ),
+            None => evaluate::registry(&self.inner.renderer, entries, &subject(r), None),
         }
-        Ok(registry)
     }
 
     /// Renders and checks the credentials a bind of `binding` to `instance` produces.
@@ -602,19 +578,17 @@ impl Engine {
         &self,
         instance: &Resource,
         binding: &Resource,
-    ) -> Result<Value, CredentialsFailure> {
+    ) -> Result<Value, EvaluationError> {
         let Some(template) = &binding.op.plan.credentials else {
             return Ok(Value::Object(Default::default()));
         };
-        let context = template_context(instance, Some(binding));
-        let rendered = self
-            .inner
-            .renderer
-            .render(template, &context)
-            .map_err(|e| CredentialsFailure::Template(e.to_string()))?;
-        credentials::finalize(rendered)
-            .map(Value::Object)
-            .map_err(|e| CredentialsFailure::Invalid(e.to_string()))
+        evaluate::credentials(
+            &self.inner.renderer,
+            template,
+            &subject(instance),
+            &subject(binding),
+        )
+        .map(Value::Object)
     }
 
     async fn finish(
@@ -692,25 +666,20 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The template context for an instance, or for a binding of it: `parameters` and `context` are
-/// the resource's own; `instance` holds the instance's.
+/// How templates see a stored resource.
+fn subject(r: &Resource) -> Subject<'_> {
+    Subject {
+        id: r.key.binding_id.as_deref().unwrap_or(&r.key.instance_id),
+        service_id: &r.service_id,
+        plan_id: &r.plan_id,
+        attrs: &r.attrs,
+        registry: &r.outputs["registry"],
+    }
+}
+
+/// The template context of a resource (a binding with its instance).
 fn template_context(instance: &Resource, binding: Option<&Resource>) -> Value {
-    let param = |r: &Resource, name: &str| r.attrs.get(name).cloned().unwrap_or(json!({}));
-    let own = binding.unwrap_or(instance);
-    json!({
-        "instance_id": instance.key.instance_id,
-        "binding_id": binding.and_then(|b| b.key.binding_id.clone()),
-        "service_id": own.service_id,
-        "plan_id": own.plan_id,
-        "parameters": param(own, "parameters"),
-        "context": param(own, "context"),
-        "instance": {
-            "id": instance.key.instance_id,
-            "parameters": param(instance, "parameters"),
-            "context": param(instance, "context"),
-        },
-        "registry": own.outputs.get("registry").cloned().unwrap_or(json!({})),
-    })
+    evaluate::template_context(&subject(instance), binding.map(subject).as_ref())
 }
 
 /// Whether a condition's value counts as true.

@@ -1,5 +1,6 @@
 //! The `brokkr` command: `serve` runs the broker; `check` and `catalog` inspect a configuration.
 
+mod render;
 mod secrets;
 mod serve;
 
@@ -26,6 +27,9 @@ enum Command {
         #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Show what a plan computes for an instance and a binding (registry values, credentials),
+    /// without a store or a target.
+    Render(render::RenderArgs),
     /// Maintain the store.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -62,6 +66,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Render(args) => {
+            let config = match serve::load_config(args.config().map(PathBuf::as_path)) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match render::run(args, &config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Store(StoreCommand::Rekey { store, keys }) => match rekey(&store, &keys) {
             Ok(n) => {
                 println!("re-encrypted {n} resources");

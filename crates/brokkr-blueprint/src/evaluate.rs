@@ -1,0 +1,97 @@
+//! Evaluating a blueprint for one resource: the template context, registry values and
+//! credentials. Pure: the engine calls it with stored resources, `brokkr render` with made-up ones.
+
+use serde_json::{Map, Value, json};
+
+use crate::config::RegistryEntry;
+use crate::credentials;
+use crate::template::Renderer;
+
+/// What templates may know about an instance or a binding.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    /// The instance id, or the binding id.
+    pub id: &'a str,
+    /// The service offering id.
+    pub service_id: &'a str,
+    /// The plan id.
+    pub plan_id: &'a str,
+    /// Request attributes: `parameters`, `context`, …
+    pub attrs: &'a Value,
+    /// Registry values computed so far (an object, or null).
+    pub registry: &'a Value,
+}
+
+/// Why a blueprint could not be evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvaluationError {
+    /// A template did not evaluate (e.g. it needs a parameter that is absent).
+    #[error("{0}")]
+    Template(String),
+    /// The credentials break the servicebinding.io well-known entry rules.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The template context for an instance, or for a binding of it: `parameters`, `context` and
+/// `registry` are the subject's own; `instance` holds the instance's.
+pub fn template_context(instance: &Subject<'_>, binding: Option<&Subject<'_>>) -> Value {
+    let attr = |s: &Subject<'_>, name: &str| s.attrs.get(name).cloned().unwrap_or(json!({}));
+    let own = binding.unwrap_or(instance);
+    let registry = match own.registry {
+        Value::Null => json!({}),
+        r => r.clone(),
+    };
+    json!({
+        "instance_id": instance.id,
+        "binding_id": binding.map(|b| b.id),
+        "service_id": own.service_id,
+        "plan_id": own.plan_id,
+        "parameters": attr(own, "parameters"),
+        "context": attr(own, "context"),
+        "instance": {
+            "id": instance.id,
+            "parameters": attr(instance, "parameters"),
+            "context": attr(instance, "context"),
+        },
+        "registry": registry,
+    })
+}
+
+/// Evaluates registry definitions in order, each seeing the values before it: for an instance
+/// from nothing, for a binding from a copy of its instance's registry.
+pub fn registry(
+    renderer: &Renderer,
+    entries: &[RegistryEntry],
+    instance: &Subject<'_>,
+    binding: Option<&Subject<'_>>,
+) -> Result<Map<String, Value>, EvaluationError> {
+    let mut values = match binding {
+        Some(_) => instance.registry.as_object().cloned().unwrap_or_default(),
+        None => Map::new(),
+    };
+    for entry in entries {
+        let so_far = Value::Object(values.clone());
+        let mut context = template_context(instance, binding);
+        context["registry"] = so_far;
+        let value = renderer
+            .render(&entry.value, &context)
+            .map_err(|e| EvaluationError::Template(format!("registry {}: {e}", entry.name)))?;
+        values.insert(entry.name.clone(), value);
+    }
+    Ok(values)
+}
+
+/// Renders a credentials template for `binding` of `instance` and checks the result.
+pub fn credentials(
+    renderer: &Renderer,
+    template: &Value,
+    instance: &Subject<'_>,
+    binding: &Subject<'_>,
+) -> Result<Map<String, Value>, EvaluationError> {
+    let context = template_context(instance, Some(binding));
+    let rendered = renderer
+        .render(template, &context)
+        .map_err(|e| EvaluationError::Template(e.to_string()))?;
+    credentials::finalize(rendered).map_err(|e| EvaluationError::Invalid(e.to_string()))
+}
