@@ -172,7 +172,7 @@ pub fn load_sources(sources: &[(String, String)]) -> Result<Config, ConfigErrors
     let mut errors = Vec::new();
     let mut files = Vec::new();
     for (name, text) in sources {
-        match parse(text) {
+        match parse(name, text) {
             Ok(file) => files.push((name.clone(), file)),
             Err(message) => errors.push(ConfigError {
                 file: name.clone(),
@@ -192,7 +192,8 @@ pub fn load_str(name: &str, yaml: &str) -> Result<Config, ConfigErrors> {
     load_sources(&[(name.to_owned(), yaml.to_owned())])
 }
 
-fn parse(text: &str) -> Result<File, String> {
+/// Parses one file; a syntax error's report names `name` in its snippet.
+fn parse(name: &str, text: &str) -> Result<File, String> {
     if text.trim().is_empty() {
         return Ok(File::default());
     }
@@ -200,7 +201,11 @@ fn parse(text: &str) -> Result<File, String> {
         strict_booleans: true,
         leading_zero_numbers_as_strings: true,
     };
-    serde_saphyr::from_str_with_options(text, options).map_err(|e| e.to_string())
+    serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+        let report = e.to_string();
+        let report = report.strip_prefix("error: ").unwrap_or(&report);
+        report.replace("<input>", name)
+    })
 }
 
 #[derive(Default)]
@@ -664,6 +669,14 @@ mod tests {
         assert!(errs[0].starts_with("broken.yaml: "), "{errs:?}");
         let errs = errors("catalog:\n  servics: []\n");
         assert!(errs[0].contains("servics"), "{errs:?}");
+        assert!(
+            errs[0].contains("--> broken.yaml:2"),
+            "the snippet names the file: {errs:?}"
+        );
+        assert!(
+            !errs[0].contains("error:"),
+            "the prefix is added once, by ConfigErrors: {errs:?}"
+        );
         assert!(errs[0].contains('2'), "names line 2: {errs:?}");
     }
 
