@@ -1,5 +1,6 @@
 //! The `brokkr` command: `serve` runs the broker; `check` and `catalog` inspect a configuration.
 
+mod bench;
 mod render;
 mod secrets;
 mod serve;
@@ -30,6 +31,8 @@ enum Command {
     /// Show what a plan computes for an instance and a binding (registry values, credentials),
     /// without a store or a target.
     Render(render::RenderArgs),
+    /// Drive load against an OSB broker (this one or any other) and report throughput and latency.
+    Bench(bench::BenchArgs),
     /// Maintain the store.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -66,6 +69,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => {
+            let result = tokio::runtime::Runtime::new()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(bench::run(args)));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Render(args) => {
             let config = match serve::load_config(args.config().map(PathBuf::as_path)) {
                 Ok(c) => c,

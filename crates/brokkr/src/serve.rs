@@ -67,7 +67,7 @@ enum LogFormat {
     Json,
 }
 
-fn humantime_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn humantime_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 

@@ -685,3 +685,31 @@ async fn replicas_on_postgres_take_over_a_dead_replicas_operations() {
     drop(b);
     pg.drop_schema().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_drives_lifecycles_and_reports_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = quickstart_config(dir.path(), Duration::from_millis(10));
+    let broker = Broker::start(&config, &store_url(dir.path()), Some((USERNAME, PASSWORD))).await;
+    for (scenario, count) in [("lifecycle", "3"), ("poll", "20"), ("catalog", "20")] {
+        let mut bench = brokkr_command();
+        bench
+            .args(["bench", "--url", &broker.base, "--scenario", scenario])
+            .args(["--concurrency", "2", "--count", count, "-o", "json"])
+            .env("BROKKR_BROKER_USERNAME", USERNAME)
+            .env("BROKKR_BROKER_PASSWORD", PASSWORD);
+        let (status, stdout, stderr) = run_to_end(bench, Duration::from_secs(60)).await;
+        assert!(status.success(), "{scenario}: {stderr}");
+        let report: Value = serde_json::from_str(stdout.trim()).expect("a JSON report");
+        assert_eq!(report["errors"], 0, "{scenario}: {report}");
+        assert!(report["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+        match scenario {
+            // Each lifecycle: provision, bind, unbind, deprovision, each polled at least once.
+            "lifecycle" => {
+                assert_eq!(report["lifecycles"], 3);
+                assert!(report["requests"].as_u64().unwrap() >= 24, "{report}");
+            }
+            _ => assert_eq!(report["requests"], 20, "{scenario}: {report}"),
+        }
+    }
+}
