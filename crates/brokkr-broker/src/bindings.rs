@@ -167,11 +167,6 @@ async fn bind(
         binding_attrs(&req, parameters),
         op,
     );
-    let registry = broker
-        .engine
-        .registry(&blueprint.registry, &resource, Some(&instance))
-        .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
-    resource.outputs = json!({ "registry": registry });
     let needs_async = !resource.op.plan.steps.is_empty();
 
     for _ in 0..3 {
@@ -183,6 +178,12 @@ async fn bind(
             if instance.status != Status::Ready || instance.op.in_progress() {
                 return Err(instance_busy(&instance));
             }
+            // Computed only for a new binding: a repeat keeps the values it was created with.
+            let registry = broker
+                .engine
+                .registry(&blueprint.registry, &resource, Some(&instance))
+                .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+            resource.outputs = json!({ "registry": registry });
             // Credentials that could never be valid are a bad request, refused before any change.
             broker
                 .engine
@@ -239,14 +240,13 @@ async fn bind(
                 if needs_async && !accepts_incomplete {
                     return Err(ApiError::async_required());
                 }
-                let mut retry = resource.clone();
-                retry.op.id = uuid::Uuid::new_v4().to_string();
+                // The binding keeps its attributes and registry; only the operation is new.
                 if store
-                    .start(&key, &op.id, &retry.op, NewStatus::Set(Status::Creating))
+                    .start(&key, &op.id, &resource.op, NewStatus::Set(Status::Creating))
                     .await?
                 {
-                    info!(instance_id, binding_id, operation = %retry.op.id, "binding again after a failure");
-                    return started(&broker, &retry).await;
+                    info!(instance_id, binding_id, operation = %resource.op.id, "binding again after a failure");
+                    return started(&broker, &resource).await;
                 }
             }
         }

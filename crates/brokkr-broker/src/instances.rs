@@ -251,26 +251,26 @@ async fn provision(
         },
         json!({}),
     );
-    let resource = Resource::new(
+    let mut resource = Resource::new(
         key.clone(),
         &req.service_id,
         &req.plan_id,
         instance_attrs(&req, entry),
         op,
     );
-    let mut resource = resource;
-    let registry = broker
-        .engine
-        .registry(&entry.blueprint.instance.registry, &resource, None)
-        .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
-    resource.outputs = json!({ "registry": registry });
-    check_credentials_possible(&broker, entry, &resource)?;
     let needs_async = !resource.op.plan.steps.is_empty();
 
     for _ in 0..3 {
         let existing = broker.engine.store().get(&key).await?;
         let live = existing.filter(|r| r.status != Status::Deleted);
         let Some(existing) = live else {
+            // Computed only for a new instance: a repeat keeps the values it was created with.
+            let registry = broker
+                .engine
+                .registry(&entry.blueprint.instance.registry, &resource, None)
+                .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+            resource.outputs = json!({ "registry": registry });
+            check_credentials_possible(&broker, entry, &resource)?;
             if needs_async && !accepts_incomplete {
                 return Err(ApiError::async_required());
             }
@@ -321,16 +321,15 @@ async fn provision(
                 if needs_async && !accepts_incomplete {
                     return Err(ApiError::async_required());
                 }
-                let mut retry = resource.clone();
-                retry.op.id = uuid_like(&resource.op.id, &existing.op.id);
+                // The instance keeps its attributes and registry; only the operation is new.
                 if broker
                     .engine
                     .store()
-                    .start(&key, &op.id, &retry.op, NewStatus::Set(Status::Creating))
+                    .start(&key, &op.id, &resource.op, NewStatus::Set(Status::Creating))
                     .await?
                 {
-                    info!(instance_id, operation = %retry.op.id, "provisioning again after a failure");
-                    return started(&broker, &retry, StatusCode::CREATED).await;
+                    info!(instance_id, operation = %resource.op.id, "provisioning again after a failure");
+                    return started(&broker, &resource, StatusCode::CREATED).await;
                 }
             }
         }
@@ -338,15 +337,6 @@ async fn provision(
     Err(ApiError::concurrency(format!(
         "instance {instance_id} is being changed by another request"
     )))
-}
-
-/// A fresh operation id distinct from the one being replaced.
-fn uuid_like(candidate: &str, replaced: &str) -> String {
-    if candidate == replaced {
-        uuid::Uuid::new_v4().to_string()
-    } else {
-        candidate.to_owned()
-    }
 }
 
 /// The answer to a synchronous request whose operation was halted by another.

@@ -138,9 +138,6 @@ pub trait Store: Send + Sync {
     /// Deletes tombstones deleted before `before` (ms).
     async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError>;
 
-    /// Reads a broker setting.
-    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError>;
-
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
 

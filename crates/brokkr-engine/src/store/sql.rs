@@ -583,14 +583,6 @@ impl Store for SqlStore {
         Ok(done.rows_affected() + orphans.rows_affected())
     }
 
-    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError> {
-        let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| r.try_get("value")).transpose()?)
-    }
-
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError> {
         sqlx::query(
             "INSERT INTO brokkr_settings (name, value) VALUES ($1, $2) \
@@ -600,10 +592,11 @@ impl Store for SqlStore {
         .bind(value)
         .execute(&self.pool)
         .await?;
-        Ok(self
-            .setting(name)
-            .await?
-            .unwrap_or_else(|| value.to_owned()))
+        let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("value")?)
     }
 
     async fn append_event(&self, op_id: &str, event: &Event) -> Result<(), StoreError> {
