@@ -1,5 +1,6 @@
 //! The configuration file model, as written in YAML.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -19,9 +20,66 @@ pub struct File {
     /// The OSB catalog.
     #[serde(default)]
     pub catalog: Option<CatalogConfig>,
+    /// Where plans create resources, by name.
+    #[serde(default)]
+    pub targets: BTreeMap<String, TargetConfig>,
+    /// Named template trees that steps refer to.
+    #[serde(default)]
+    pub templates: BTreeMap<String, Value>,
     /// One blueprint per plan.
     #[serde(default)]
     pub blueprints: Vec<Blueprint>,
+}
+
+/// The kinds of place a plan's resources can live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    /// A shared PostgreSQL server: databases, owner roles and login roles.
+    Postgres,
+    /// A shared MySQL or MariaDB server: databases and users.
+    Mysql,
+    /// A shared Redis 6+ server: ACL users confined to a key prefix.
+    Redis,
+}
+
+impl TargetKind {
+    /// The name used in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Mysql => "mysql",
+            Self::Redis => "redis",
+        }
+    }
+}
+
+/// One entry of `targets:`. The admin connection URL comes from an environment variable or a
+/// file, never from the configuration itself, so it stays out of files and logs.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// What the target is.
+    pub kind: TargetKind,
+    /// The environment variable holding the admin URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_env: Option<String>,
+    /// A file holding the admin URL (surrounding whitespace is ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_file: Option<String>,
+    /// The host name bindings are given (default: the admin URL's host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The port bindings are given (default: the admin URL's port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// How long one connection attempt or statement may take (default 10s).
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
 }
 
 /// The `catalog:` section: OSB service offerings, exactly as served.
@@ -154,6 +212,12 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Whether the phase removes what earlier phases created (deprovision, unbind). Teardown
+    /// phases run their steps in reverse order.
+    pub fn is_teardown(self) -> bool {
+        matches!(self, Self::Deprovision | Self::Unbind)
+    }
+
     /// The name used in configuration and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -189,6 +253,14 @@ pub struct Step {
     /// Arguments for `run`, passed to the step kind as written.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub with: Value,
+    /// Action: create (provision, update, bind) or delete (deprovision, unbind) the rendered
+    /// `templates` on this target, then wait until each is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// For `target`: template trees, by name from the top-level `templates:` or written inline.
+    /// Once loaded, every entry is the tree itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<Value>,
     /// A failure of this step never fails the operation; it is recorded as skipped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
@@ -206,9 +278,13 @@ pub struct Step {
 }
 
 impl Step {
-    /// Whether the step runs in `phase`, given the defaults of the list it belongs to.
+    /// Whether the step runs in `phase`, given the defaults of the list it belongs to. A
+    /// `target` step also runs, by default, in the phase that removes what it created.
     pub fn runs_in(&self, phase: Phase, defaults: &[Phase]) -> bool {
-        self.on.as_deref().unwrap_or(defaults).contains(&phase)
+        match &self.on {
+            Some(on) => on.contains(&phase),
+            None => defaults.contains(&phase) || (self.target.is_some() && phase.is_teardown()),
+        }
     }
 }
 

@@ -57,6 +57,7 @@ pub const FUNCTIONS: &[&str] = &[
     "b64decode",
     "tojson",
     "sha256",
+    "safe_name",
     "upper",
     "lower",
 ];
@@ -87,6 +88,7 @@ pub(crate) fn register(env: &mut Environment<'static>, rng: &SharedRng) {
         pet_name(&r, args)
     });
     env.add_function("private_key", private_key);
+    env.add_function("safe_name", safe_name);
     let r = rng.clone();
     let cert = move |args: Rest<ValueOrKwargs>| certificate(&r, args);
     env.add_function("certificate", cert.clone());
@@ -660,6 +662,46 @@ fn sha256(value: Value) -> Result<Value, Error> {
     let digest = ring::digest::digest(&ring::digest::SHA256, one_str("sha256", &value)?.as_bytes());
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     Ok(Value::from(hex))
+}
+
+/// Longest name `safe_name` may be asked for (MySQL user names allow 32, PostgreSQL 63).
+const MAX_SAFE_NAME_LEN: i64 = 128;
+
+/// `safe_name(text, max_len?)`: `text` as a database-safe identifier of at most `max_len`
+/// (default 63) characters: lower-case ASCII letters, digits and `_`, starting with a letter.
+/// Text that is already such a name is returned as is; any other is sanitized, shortened and
+/// suffixed with 10 hex digits of its SHA-256, so different texts give different names.
+fn safe_name(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    const HASH: usize = 10;
+    let a = Args::bind("safe_name", &["text", "max_len"], args)?;
+    let text = a.req_str(0)?;
+    let max = usize::try_from(a.int_in(1, Some(63), 16..=MAX_SAFE_NAME_LEN)?).unwrap_or(63);
+    let is_safe = |s: &str| {
+        s.len() <= max
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    if is_safe(text) {
+        return Ok(Value::from(text));
+    }
+    let mut readable: String = text
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        })
+        .collect();
+    if !readable.starts_with(|c: char| c.is_ascii_lowercase()) {
+        readable.insert(0, 'n');
+    }
+    readable.truncate(max - HASH - 1);
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let hex: String = digest.as_ref()[..HASH / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(Value::from(format!("{readable}_{hex}")))
 }
 
 /// `upper(s)`: `s` in upper case (Unicode).

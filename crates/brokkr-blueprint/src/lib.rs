@@ -19,7 +19,7 @@ pub mod load;
 pub mod schema;
 pub mod template;
 
-pub use config::{Blueprint, BrokerConfig, Phase, RegistryEntry, Step};
+pub use config::{Blueprint, BrokerConfig, Phase, RegistryEntry, Step, TargetConfig, TargetKind};
 pub use load::{Config, ConfigError, PlanEntry};
 
 /// The built-in quickstart configuration served by `brokkr serve` when no `--config` is given.

@@ -1,6 +1,6 @@
 //! Reading a configuration from YAML and checking everything that can be known before a request.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::config::{
     BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase,
-    RegistryEntry, Step,
+    RegistryEntry, Step, TargetConfig,
 };
 use crate::schema::ParameterSchema;
 use crate::template::Renderer;
@@ -98,12 +98,17 @@ impl PlanEntry {
     }
 }
 
+/// The steps of `phase`, in order; teardown phases run them last to first.
 fn select(steps: &[Step], phase: Phase, defaults: &[Phase]) -> Vec<Step> {
-    steps
+    let mut selected: Vec<Step> = steps
         .iter()
         .filter(|s| s.runs_in(phase, defaults))
         .cloned()
-        .collect()
+        .collect();
+    if phase.is_teardown() {
+        selected.reverse();
+    }
+    selected
 }
 
 /// A validated configuration.
@@ -115,6 +120,8 @@ pub struct Config {
     pub store: Option<String>,
     /// The catalog as served.
     pub catalog: Catalog,
+    /// Where plans create resources, by name.
+    pub targets: BTreeMap<String, TargetConfig>,
     catalog_json: Arc<[u8]>,
     plans: HashMap<(String, String), Arc<PlanEntry>>,
 }
@@ -227,7 +234,26 @@ impl Validator {
         let mut store: Option<(String, String)> = None;
         let mut services: Vec<(String, usize, Service)> = Vec::new();
         let mut blueprints: Vec<(String, usize, Blueprint)> = Vec::new();
+        let mut targets: BTreeMap<String, (String, TargetConfig)> = BTreeMap::new();
+        let mut templates: BTreeMap<String, (String, Value)> = BTreeMap::new();
         for (name, file) in files {
+            for (t, target) in file.targets {
+                if let Some((first, _)) = targets.get(&t) {
+                    let message = format!("target {t:?} is already defined in {first}");
+                    self.error(&name, format!("targets.{t}"), message);
+                } else {
+                    self.check_target(&name, &t, &target);
+                    targets.insert(t, (name.clone(), target));
+                }
+            }
+            for (t, tree) in file.templates {
+                if let Some((first, _)) = templates.get(&t) {
+                    let message = format!("template {t:?} is already defined in {first}");
+                    self.error(&name, format!("templates.{t}"), message);
+                } else {
+                    templates.insert(t, (name.clone(), tree));
+                }
+            }
             if let Some(b) = file.broker {
                 match &broker {
                     Some((first, _)) => {
@@ -269,10 +295,24 @@ impl Validator {
         }
 
         self.check_catalog(&services);
+        let renderer = Renderer::new();
+        for (t, (file, tree)) in &templates {
+            if let Err(e) = renderer.check(tree) {
+                self.error(file, format!("templates.{t}"), e.to_string());
+            }
+        }
+        let target_names: HashSet<String> = targets.keys().cloned().collect();
+        let template_trees: HashMap<String, Value> = templates
+            .into_iter()
+            .map(|(name, (_, tree))| (name, tree))
+            .collect();
+        let names = Names {
+            targets: &target_names,
+            templates: &template_trees,
+        };
         let mut plans = HashMap::new();
         let mut seen = HashSet::new();
-        let renderer = Renderer::new();
-        for (file, i, blueprint) in blueprints {
+        for (file, i, mut blueprint) in blueprints {
             let field = format!("blueprints[{i}]");
             let found = services.iter().find_map(|(_, _, s)| {
                 (s.name == blueprint.service)
@@ -309,9 +349,10 @@ impl Validator {
             self.check_blueprint(
                 &file,
                 &field,
-                &blueprint,
+                &mut blueprint,
                 plan.is_bindable(service),
                 &renderer,
+                &names,
             );
             let entry = plan_entry(service, plan, blueprint);
             plans.insert((service.id.clone(), plan.id.clone()), Arc::new(entry));
@@ -343,9 +384,37 @@ impl Validator {
             broker: broker.map(|(_, b)| b).unwrap_or_default(),
             store: store.map(|(_, s)| s),
             catalog,
+            targets: targets.into_iter().map(|(n, (_, t))| (n, t)).collect(),
             catalog_json,
             plans,
         })
+    }
+
+    fn check_target(&mut self, file: &str, name: &str, target: &TargetConfig) {
+        let at = format!("targets.{name}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            self.error(file, &at, "a target name is letters, digits, `-` and `_`");
+        }
+        match (&target.url_env, &target.url_file) {
+            (None, None) => self.error(
+                file,
+                &at,
+                "needs the admin connection URL: `url_env` (an environment variable) or `url_file`",
+            ),
+            (Some(_), Some(_)) => self.error(
+                file,
+                &at,
+                "give the admin URL once: `url_env` or `url_file`, not both",
+            ),
+            _ => {}
+        }
+        if target.port == Some(0) {
+            self.error(file, format!("{at}.port"), "must be 1-65535");
+        }
     }
 
     fn check_catalog(&mut self, services: &[(String, usize, Service)]) {
@@ -437,9 +506,10 @@ impl Validator {
         &mut self,
         file: &str,
         at: &str,
-        blueprint: &Blueprint,
+        blueprint: &mut Blueprint,
         bindable: bool,
         renderer: &Renderer,
+        names: &Names<'_>,
     ) {
         let instance_phases = [Phase::Provision, Phase::Update, Phase::Deprovision];
         let instance_keys = self.check_registry(
@@ -461,11 +531,12 @@ impl Validator {
         self.check_steps(
             file,
             &format!("{at}.instance.steps"),
-            &blueprint.instance.steps,
+            &mut blueprint.instance.steps,
             &instance_phases,
             renderer,
+            names,
         );
-        match (&blueprint.binding, bindable) {
+        match (&mut blueprint.binding, bindable) {
             (None, true) => self.error(
                 file,
                 at,
@@ -480,9 +551,10 @@ impl Validator {
                 self.check_steps(
                     file,
                     &format!("{at}.binding.steps"),
-                    &binding.steps,
+                    &mut binding.steps,
                     &[Phase::Bind, Phase::Unbind],
                     renderer,
+                    names,
                 );
                 if let Err(e) = renderer.check(&binding.credentials) {
                     self.error(file, format!("{at}.binding.credentials"), e.to_string());
@@ -535,36 +607,49 @@ impl Validator {
         keys
     }
 
+    /// Checks steps and replaces template names with the trees they name, so that a plan's
+    /// steps are self-contained.
     fn check_steps(
         &mut self,
         file: &str,
         at: &str,
-        steps: &[Step],
+        steps: &mut [Step],
         allowed: &[Phase],
         renderer: &Renderer,
+        known: &Names<'_>,
     ) {
         let mut names = HashSet::new();
-        for (i, step) in steps.iter().enumerate() {
+        for (i, step) in steps.iter_mut().enumerate() {
             let at = format!("{at}[{i}]");
             if step.name.trim().is_empty() {
                 self.error(file, format!("{at}.name"), "must be a non-empty string");
             }
-            if !names.insert(&step.name) {
+            if !names.insert(step.name.clone()) {
                 self.error(
                     file,
                     format!("{at}.name"),
                     format!("duplicate step name {:?}", step.name),
                 );
             }
-            match (&step.delay, &step.run) {
-                (None, None) => self.error(file, &at, "a step needs an action (`delay` or `run`)"),
-                (Some(_), Some(_)) => self.error(
+            let actions = [
+                step.delay.is_some(),
+                step.run.is_some(),
+                step.target.is_some(),
+            ];
+            match actions.iter().filter(|a| **a).count() {
+                0 => self.error(
                     file,
                     &at,
-                    "a step has one action: `delay` or `run`, not both",
+                    "a step needs an action (`delay`, `run` or `target`)",
                 ),
-                _ => {}
+                1 => {}
+                _ => self.error(
+                    file,
+                    &at,
+                    "a step has one action: `delay`, `run` or `target`",
+                ),
             }
+            self.resolve_templates(file, &at, step, renderer, known);
             if let Some(when) = &step.when
                 && let Err(e) = renderer.check(&Value::String(format!("{{{{ {when} }}}}")))
             {
@@ -579,6 +664,75 @@ impl Validator {
                         format!("`{}` is not one of {}", phase.as_str(), allowed.join(", ")),
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Names defined at the top level of a configuration, for steps to refer to.
+struct Names<'a> {
+    targets: &'a HashSet<String>,
+    templates: &'a HashMap<String, Value>,
+}
+
+impl Validator {
+    /// Checks a step's `target` and `templates`, replacing each template name with its tree.
+    fn resolve_templates(
+        &mut self,
+        file: &str,
+        at: &str,
+        step: &mut Step,
+        renderer: &Renderer,
+        known: &Names<'_>,
+    ) {
+        let Some(target) = &step.target else {
+            if !step.templates.is_empty() {
+                self.error(
+                    file,
+                    format!("{at}.templates"),
+                    "templates are applied by a `target` step; add `target: NAME`",
+                );
+            }
+            return;
+        };
+        if !known.targets.contains(target) {
+            let mut defined: Vec<_> = known.targets.iter().map(String::as_str).collect();
+            defined.sort_unstable();
+            let defined = if defined.is_empty() {
+                "none is defined under `targets:`".to_owned()
+            } else {
+                format!("defined: {}", defined.join(", "))
+            };
+            self.error(
+                file,
+                format!("{at}.target"),
+                format!("unknown target {target:?} ({defined})"),
+            );
+        }
+        if step.templates.is_empty() {
+            self.error(
+                file,
+                format!("{at}.templates"),
+                "a `target` step needs at least one template",
+            );
+        }
+        for (j, entry) in step.templates.iter_mut().enumerate() {
+            let field = format!("{at}.templates[{j}]");
+            match entry {
+                Value::String(name) => match known.templates.get(name.as_str()) {
+                    Some(tree) => *entry = tree.clone(),
+                    None => self.error(file, field, format!("unknown template {name:?}")),
+                },
+                Value::Object(_) => {
+                    if let Err(e) = renderer.check(entry) {
+                        self.error(file, field, e.to_string());
+                    }
+                }
+                _ => self.error(
+                    file,
+                    field,
+                    "a template is a name from `templates:` or an inline mapping",
+                ),
             }
         }
     }
