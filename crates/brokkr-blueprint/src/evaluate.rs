@@ -1,5 +1,6 @@
-//! Evaluating a blueprint for one resource: the template context, registry values and
-//! credentials. Pure: the engine calls it with stored resources, `brokkr render` with made-up ones.
+//! Evaluating a blueprint for one resource: the template context, registry values, resources
+//! and credentials. Pure: the engine calls it with stored resources, `brokkr render` with made-up
+//! ones.
 
 use serde_json::{Map, Value, json};
 
@@ -33,6 +34,90 @@ pub enum EvaluationError {
     Invalid(String),
 }
 
+/// Evaluates templates for resources: a [`Renderer`] and what templates know about targets.
+#[derive(Default)]
+pub struct Evaluator {
+    /// The template engine.
+    pub renderer: Renderer,
+    /// `targets` in templates: for each target name, what bindings are told about it
+    /// (`kind`, `host`, `port`).
+    pub targets: Value,
+}
+
+impl Evaluator {
+    /// An evaluator with `renderer` and the targets' facts.
+    pub fn new(renderer: Renderer, targets: Value) -> Self {
+        Self { renderer, targets }
+    }
+
+    /// The template context for an instance, or for a binding of it (see [`template_context`]),
+    /// with `targets`.
+    pub fn context(&self, instance: &Subject<'_>, binding: Option<&Subject<'_>>) -> Value {
+        let mut context = template_context(instance, binding);
+        context["targets"] = match &self.targets {
+            Value::Null => json!({}),
+            t => t.clone(),
+        };
+        context
+    }
+
+    /// Evaluates registry definitions in order, each seeing the values before it: for an
+    /// instance from nothing, for a binding from a copy of its instance's registry.
+    pub fn registry(
+        &self,
+        entries: &[RegistryEntry],
+        instance: &Subject<'_>,
+        binding: Option<&Subject<'_>>,
+    ) -> Result<Map<String, Value>, EvaluationError> {
+        let mut values = match binding {
+            Some(_) => instance.registry.as_object().cloned().unwrap_or_default(),
+            None => Map::new(),
+        };
+        let mut context = self.context(instance, binding);
+        for entry in entries {
+            context["registry"] = Value::Object(values.clone());
+            let value = self
+                .renderer
+                .render(&entry.value, &context)
+                .map_err(|e| EvaluationError::Template(format!("registry {}: {e}", entry.name)))?;
+            values.insert(entry.name.clone(), value);
+        }
+        Ok(values)
+    }
+
+    /// Renders the templates of a `target` step, in order.
+    pub fn resources(
+        &self,
+        templates: &[Value],
+        context: &Value,
+    ) -> Result<Vec<Value>, EvaluationError> {
+        templates
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                self.renderer
+                    .render(t, context)
+                    .map_err(|e| EvaluationError::Template(format!("templates[{i}]: {e}")))
+            })
+            .collect()
+    }
+
+    /// Renders a credentials template for `binding` of `instance` and checks the result.
+    pub fn credentials(
+        &self,
+        template: &Value,
+        instance: &Subject<'_>,
+        binding: &Subject<'_>,
+    ) -> Result<Map<String, Value>, EvaluationError> {
+        let context = self.context(instance, Some(binding));
+        let rendered = self
+            .renderer
+            .render(template, &context)
+            .map_err(|e| EvaluationError::Template(e.to_string()))?;
+        credentials::finalize(rendered).map_err(|e| EvaluationError::Invalid(e.to_string()))
+    }
+}
+
 /// The template context for an instance, or for a binding of it: `parameters`, `context` and
 /// `registry` are the subject's own; `instance` holds the instance's.
 pub fn template_context(instance: &Subject<'_>, binding: Option<&Subject<'_>>) -> Value {
@@ -56,42 +141,4 @@ pub fn template_context(instance: &Subject<'_>, binding: Option<&Subject<'_>>) -
         },
         "registry": registry,
     })
-}
-
-/// Evaluates registry definitions in order, each seeing the values before it: for an instance
-/// from nothing, for a binding from a copy of its instance's registry.
-pub fn registry(
-    renderer: &Renderer,
-    entries: &[RegistryEntry],
-    instance: &Subject<'_>,
-    binding: Option<&Subject<'_>>,
-) -> Result<Map<String, Value>, EvaluationError> {
-    let mut values = match binding {
-        Some(_) => instance.registry.as_object().cloned().unwrap_or_default(),
-        None => Map::new(),
-    };
-    for entry in entries {
-        let so_far = Value::Object(values.clone());
-        let mut context = template_context(instance, binding);
-        context["registry"] = so_far;
-        let value = renderer
-            .render(&entry.value, &context)
-            .map_err(|e| EvaluationError::Template(format!("registry {}: {e}", entry.name)))?;
-        values.insert(entry.name.clone(), value);
-    }
-    Ok(values)
-}
-
-/// Renders a credentials template for `binding` of `instance` and checks the result.
-pub fn credentials(
-    renderer: &Renderer,
-    template: &Value,
-    instance: &Subject<'_>,
-    binding: &Subject<'_>,
-) -> Result<Map<String, Value>, EvaluationError> {
-    let context = template_context(instance, Some(binding));
-    let rendered = renderer
-        .render(template, &context)
-        .map_err(|e| EvaluationError::Template(e.to_string()))?;
-    credentials::finalize(rendered).map_err(|e| EvaluationError::Invalid(e.to_string()))
 }

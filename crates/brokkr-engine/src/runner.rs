@@ -13,8 +13,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use brokkr_blueprint::evaluate::{self, EvaluationError, Subject};
-use brokkr_blueprint::template::Renderer;
+use brokkr_blueprint::evaluate::{EvaluationError, Evaluator, Subject};
 use brokkr_blueprint::{RegistryEntry, Step};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
@@ -80,7 +79,7 @@ struct Inner {
     store: Arc<dyn Store>,
     owner: String,
     options: EngineOptions,
-    renderer: Renderer,
+    evaluator: Evaluator,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     /// Operations running in this process, by resource and operation id.
@@ -102,7 +101,7 @@ impl Engine {
                 store,
                 owner: format!("brokkr-{}", uuid::Uuid::new_v4()),
                 options,
-                renderer: Renderer::new(),
+                evaluator: Evaluator::default(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 running: Mutex::new(HashSet::new()),
@@ -430,7 +429,7 @@ impl Engine {
         };
         if let Some(when) = &step.when {
             let condition = Value::String(format!("{{{{ {when} }}}}"));
-            match self.inner.renderer.render(&condition, &context) {
+            match self.inner.evaluator.renderer.render(&condition, &context) {
                 Ok(v) if truthy(&v) => {}
                 Ok(_) => return Ok(Outcome::Skip("its condition is false".into())),
                 Err(e) => return Ok(Outcome::Fail(format!("condition: {e}"))),
@@ -484,18 +483,17 @@ impl Engine {
             attrs: attrs.clone(),
             ..r.clone()
         };
+        let evaluator = &self.inner.evaluator;
         if r.key.binding_id.is_none() {
-            return Ok(template_context(&own, None));
+            return Ok(evaluator.context(&subject(&own), None));
         }
         let instance = self
             .inner
             .store
             .get(&Key::instance(&r.key.instance_id))
             .await?;
-        Ok(template_context(
-            instance.as_ref().unwrap_or(&own),
-            Some(&own),
-        ))
+        let instance = instance.as_ref().unwrap_or(&own);
+        Ok(evaluator.context(&subject(instance), Some(&subject(&own))))
     }
 
     /// Records an event; a store failure here is logged, never fatal to the operation.
@@ -562,14 +560,10 @@ impl Engine {
         r: &Resource,
         instance: Option<&Resource>,
     ) -> Result<Map<String, Value>, EvaluationError> {
+        let evaluator = &self.inner.evaluator;
         match instance {
-            Some(i) => evaluate::registry(
-                &self.inner.renderer,
-                entries,
-                &subject(i),
-                Some(&subject(r)),
-            ),
-            None => evaluate::registry(&self.inner.renderer, entries, &subject(r), None),
+            Some(i) => evaluator.registry(entries, &subject(i), Some(&subject(r))),
+            None => evaluator.registry(entries, &subject(r), None),
         }
     }
 
@@ -582,13 +576,10 @@ impl Engine {
         let Some(template) = &binding.op.plan.credentials else {
             return Ok(Value::Object(Default::default()));
         };
-        evaluate::credentials(
-            &self.inner.renderer,
-            template,
-            &subject(instance),
-            &subject(binding),
-        )
-        .map(Value::Object)
+        self.inner
+            .evaluator
+            .credentials(template, &subject(instance), &subject(binding))
+            .map(Value::Object)
     }
 
     async fn finish(
@@ -675,11 +666,6 @@ fn subject(r: &Resource) -> Subject<'_> {
         attrs: &r.attrs,
         registry: &r.outputs["registry"],
     }
-}
-
-/// The template context of a resource (a binding with its instance).
-fn template_context(instance: &Resource, binding: Option<&Resource>) -> Value {
-    evaluate::template_context(&subject(instance), binding.map(subject).as_ref())
 }
 
 /// Whether a condition's value counts as true.

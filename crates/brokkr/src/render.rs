@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
-use brokkr_blueprint::evaluate::{self, Subject};
+use brokkr_blueprint::evaluate::{Evaluator, Subject};
 use brokkr_blueprint::schema::ParameterSchema;
 use brokkr_blueprint::template::Renderer;
 use brokkr_blueprint::{Config, RegistryEntry};
@@ -132,6 +132,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         })
         .ok_or_else(|| anyhow!("no plan {:?} of service {:?}", args.plan, args.service))?;
     let renderer = args.seed.map_or_else(Renderer::new, Renderer::with_seed);
+    let evaluator = Evaluator::new(renderer, Value::Null);
     let params = parameters(args.params.as_deref())?;
     check(entry.instance_create_schema.as_ref(), &params, "provision")?;
     let attrs = json!({ "parameters": params });
@@ -143,8 +144,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         attrs: &attrs,
         registry: &Value::Null,
     };
-    let instance_registry =
-        evaluate::registry(&renderer, &blueprint.instance.registry, &instance, None)?;
+    let instance_registry = evaluator.registry(&blueprint.instance.registry, &instance, None)?;
     let instance_registry = Value::Object(instance_registry);
     instance.registry = &instance_registry;
     let mut documents = Vec::new();
@@ -174,12 +174,8 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             registry: &Value::Null,
             ..instance
         };
-        let registry = evaluate::registry(
-            &renderer,
-            &binding_blueprint.registry,
-            &instance,
-            Some(&binding),
-        )?;
+        let registry =
+            evaluator.registry(&binding_blueprint.registry, &instance, Some(&binding))?;
         let registry = Value::Object(registry);
         binding.registry = &registry;
         if args.show_registry {
@@ -195,12 +191,8 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
                 &shown,
             )?);
         }
-        let credentials = evaluate::credentials(
-            &renderer,
-            &binding_blueprint.credentials,
-            &instance,
-            &binding,
-        )?;
+        let credentials =
+            evaluator.credentials(&binding_blueprint.credentials, &instance, &binding)?;
         let shown = masked(
             &credentials,
             |k| SECRET_ENTRIES.contains(&k),
