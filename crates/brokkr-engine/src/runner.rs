@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use brokkr_blueprint::evaluate::{EvaluationError, Evaluator, Subject};
+use brokkr_blueprint::template::Renderer;
 use brokkr_blueprint::{RegistryEntry, Step};
+use brokkr_targets::{Readiness, TargetError, Targets};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -87,6 +89,7 @@ struct Inner {
     wake: Notify,
     metrics: EngineMetrics,
     steps: RwLock<HashMap<String, Arc<dyn StepKind>>>,
+    targets: Targets,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -94,20 +97,26 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl Engine {
-    /// Creates an engine with a fresh owner id.
+    /// Creates an engine with a fresh owner id and no targets.
     pub fn new(store: Arc<dyn Store>, options: EngineOptions) -> Self {
+        Self::with_targets(store, options, Targets::default())
+    }
+
+    /// Creates an engine with a fresh owner id whose `target` steps act on `targets`.
+    pub fn with_targets(store: Arc<dyn Store>, options: EngineOptions, targets: Targets) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
                 owner: format!("brokkr-{}", uuid::Uuid::new_v4()),
                 options,
-                evaluator: Evaluator::default(),
+                evaluator: Evaluator::new(Renderer::new(), targets.facts()),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 running: Mutex::new(HashSet::new()),
                 wake: Notify::new(),
                 metrics: EngineMetrics::default(),
                 steps: RwLock::new(HashMap::new()),
+                targets,
             }),
         }
     }
@@ -297,14 +306,23 @@ impl Engine {
             {
                 outcome = Outcome::Skip(format!("failed: {reason}"));
             }
-            let budget = step.budget.unwrap_or(DEFAULT_BUDGET);
+            // Deprovision and unbind skip a step that keeps asking to be retried past its budget;
+            // other operations fail, when the step has a budget.
+            let budget = match non_blocking(op.kind) {
+                true => Some(step.budget.unwrap_or(DEFAULT_BUDGET)),
+                false => step.budget,
+            };
             if let Outcome::RetryAfter(_, reason) = &outcome
-                && non_blocking(op.kind)
+                && let Some(budget) = budget
                 && now - started >= ms(budget)
             {
                 let last = reason.as_deref().unwrap_or("still waiting");
                 let spent = humantime_ms(budget);
-                outcome = Outcome::Skip(format!("gave up after {spent}: {last}"));
+                let reason = format!("gave up after {spent}: {last}");
+                outcome = match non_blocking(op.kind) {
+                    true => Outcome::Skip(reason),
+                    false => Outcome::Fail(reason),
+                };
             }
             match outcome {
                 Outcome::Skip(reason) => {
@@ -422,7 +440,7 @@ impl Engine {
         started: i64,
         now: i64,
     ) -> Result<Outcome, StoreError> {
-        let context = if step.when.is_some() || step.run.is_some() {
+        let context = if step.when.is_some() || step.run.is_some() || step.target.is_some() {
             self.template_context(r, op).await?
         } else {
             Value::Null
@@ -444,24 +462,29 @@ impl Engine {
                 Outcome::RetryAfter(remaining, None)
             });
         }
-        let Some(name) = &step.run else {
-            return Ok(Outcome::Fail("the step has no action".into()));
+        let result = if let Some(target) = &step.target {
+            let run = self.target_step(op.kind, step, target, &context, now - started);
+            futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await
+        } else {
+            let Some(name) = &step.run else {
+                return Ok(Outcome::Fail("the step has no action".into()));
+            };
+            let kind = self.inner.steps.read().expect("lock").get(name).cloned();
+            let Some(kind) = kind else {
+                return Ok(Outcome::Fail(format!(
+                    "no step kind named {name:?} is compiled into this broker"
+                )));
+            };
+            let ctx = StepContext {
+                op_kind: op.kind,
+                step: &step.name,
+                with: &step.with,
+                resource: r,
+                template_context: &context,
+                started_at: started,
+            };
+            futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await
         };
-        let kind = self.inner.steps.read().expect("lock").get(name).cloned();
-        let Some(kind) = kind else {
-            return Ok(Outcome::Fail(format!(
-                "no step kind named {name:?} is compiled into this broker"
-            )));
-        };
-        let ctx = StepContext {
-            op_kind: op.kind,
-            step: &step.name,
-            with: &step.with,
-            resource: r,
-            template_context: &context,
-            started_at: started,
-        };
-        let result = futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await;
         Ok(match result {
             Ok(StepOutcome::Done) => Outcome::Done,
             Ok(StepOutcome::RetryAfter { after, reason }) => {
@@ -472,15 +495,66 @@ impl Engine {
         })
     }
 
+    /// Runs a `target` step once: renders its templates, then in deprovision and unbind deletes
+    /// them last to first, otherwise applies them in order and waits until each is ready. A
+    /// server that cannot be reached is retried with a growing wait.
+    async fn target_step(
+        &self,
+        kind: OpKind,
+        step: &Step,
+        name: &str,
+        context: &Value,
+        elapsed_ms: i64,
+    ) -> StepOutcome {
+        let Some(target) = self.inner.targets.get(name) else {
+            return StepOutcome::Fail(format!("no target named {name:?} is configured"));
+        };
+        let resources = match self.inner.evaluator.resources(&step.templates, context) {
+            Ok(resources) => resources,
+            Err(e) => return StepOutcome::Fail(e.to_string()),
+        };
+        let wait = retry_wait(elapsed_ms);
+        let failed = |e: TargetError| match e {
+            TargetError::Unavailable(reason) => StepOutcome::retry(wait, reason),
+            TargetError::Invalid(reason) => StepOutcome::Fail(reason),
+        };
+        if non_blocking(kind) {
+            for resource in resources.iter().rev() {
+                if let Err(e) = target.delete(resource).await {
+                    return failed(e);
+                }
+            }
+            return StepOutcome::Done;
+        }
+        for resource in &resources {
+            if let Err(e) = target.apply(resource).await {
+                return failed(e);
+            }
+        }
+        for resource in &resources {
+            match target.ready(resource).await {
+                Ok(Readiness::Ready) => {}
+                Ok(Readiness::Waiting(reason)) => return StepOutcome::retry(wait, reason),
+                Err(e) => return failed(e),
+            }
+        }
+        StepOutcome::Done
+    }
+
     /// The values templates and step kinds see for an operation on `r`. An update sees the
-    /// parameters it is moving to.
+    /// plan and parameters it is moving to.
     async fn template_context(&self, r: &Resource, op: &Operation) -> Result<Value, StoreError> {
         let attrs = match op.kind {
             OpKind::Update => op.request.get("attrs").unwrap_or(&r.attrs),
             _ => &r.attrs,
         };
+        let plan_id = match op.kind {
+            OpKind::Update => op.request["plan_id"].as_str().unwrap_or(&r.plan_id),
+            _ => &r.plan_id,
+        };
         let own = Resource {
             attrs: attrs.clone(),
+            plan_id: plan_id.to_owned(),
             ..r.clone()
         };
         let evaluator = &self.inner.evaluator;
@@ -678,6 +752,13 @@ fn truthy(v: &Value) -> bool {
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
     }
+}
+
+/// How long to wait before trying a step again, growing with the time it has been tried:
+/// from 200 ms up to 15 s.
+fn retry_wait(elapsed_ms: i64) -> Duration {
+    let half = u64::try_from(elapsed_ms / 2).unwrap_or(0);
+    Duration::from_millis(half.clamp(200, 15_000))
 }
 
 fn humantime_ms(d: Duration) -> String {

@@ -11,6 +11,7 @@ use brokkr_blueprint::load::{ConfigErrors, load_path, load_str};
 use brokkr_blueprint::{Config, QUICKSTART};
 use brokkr_broker::{Auth, Broker, auth};
 use brokkr_engine::{Engine, EngineOptions, Store, redact_url};
+use brokkr_targets::Targets;
 use clap::{Args, ValueEnum};
 use rand::RngExt as _;
 use tracing::{info, warn};
@@ -143,7 +144,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if let Some(retention) = config.broker.retention {
         options.retention = retention;
     }
-    let engine = Engine::new(store, options);
+    let targets = Targets::from_config(&config.targets).context("cannot set up the targets")?;
+    let engine = Engine::with_targets(store, options, targets);
     engine.start().await.context("cannot start the engine")?;
 
     let listener = tokio::net::TcpListener::bind(listen)

@@ -21,6 +21,7 @@ pub const ADMIN: &str = "operator";
 pub const ADMIN_PASSWORD: &str = "admin-password";
 
 /// Runs each named `async fn(Backend)` as two tests: `sqlite::name` and `postgres::name`.
+#[allow(unused_macros)]
 macro_rules! store_tests {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -121,7 +122,8 @@ pub async fn start_with_steps(
     let store = brokkr_engine::connect(&url, Some(keyring))
         .await
         .expect("store");
-    let engine = Engine::new(
+    let targets = brokkr_targets::Targets::from_config(&config.targets).expect("targets");
+    let engine = Engine::with_targets(
         store,
         EngineOptions {
             poll_interval: Duration::from_millis(50),
@@ -131,6 +133,7 @@ pub async fn start_with_steps(
                 .unwrap_or(EngineOptions::default().retention),
             ..EngineOptions::default()
         },
+        targets,
     );
     for (name, kind) in kinds {
         engine.register(name, kind);

@@ -1,0 +1,167 @@
+//! Where brokkr creates a plan's resources.
+//!
+//! A [`Target`] receives *resources*: rendered template trees with a `kind` and the fields that
+//! kind needs (a PostgreSQL `Database`, a Redis `User`, …). It creates or updates a resource
+//! ([`Target::apply`]), removes it ([`Target::delete`]) and tells whether it is usable
+//! ([`Target::ready`]). Every call is idempotent: the engine may repeat it after a crash that
+//! struck between its effect and the record of it.
+//!
+//! Targets for shared servers: [`postgres`], [`mysql`] (MySQL 8 and MariaDB) and [`redis`]
+//! (Redis 6+ ACLs). Each quotes every identifier and literal it sends by construction and
+//! refuses names its server would truncate or misread; admin credentials come from an
+//! environment variable or a file and never appear in errors or logs.
+//!
+//! [`Targets`] builds the targets a configuration declares and the facts templates see about
+//! them (`targets.NAME.host`, `targets.NAME.port`, `targets.NAME.kind`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use brokkr_blueprint::{TargetConfig, TargetKind};
+use serde_json::{Value, json};
+
+mod admin_url;
+pub mod mysql;
+pub mod postgres;
+pub mod redis;
+mod sql;
+
+pub use admin_url::AdminUrl;
+
+/// Why a target call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// The server could not be reached or is busy; trying again later may succeed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The resource is wrong or the server refused it; trying again will not help.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Whether a resource is usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Usable.
+    Ready,
+    /// Not yet, with what is awaited (shown to users).
+    Waiting(String),
+}
+
+/// A place where resources are created.
+#[async_trait]
+pub trait Target: Send + Sync {
+    /// Creates `resource`, or brings an existing one in line with it.
+    async fn apply(&self, resource: &Value) -> Result<(), TargetError>;
+    /// Removes `resource` and what depends on it; succeeds when it is already gone.
+    async fn delete(&self, resource: &Value) -> Result<(), TargetError>;
+    /// Whether `resource` is usable now (for example: its user can log in and run a query).
+    async fn ready(&self, resource: &Value) -> Result<Readiness, TargetError>;
+    /// Checks a rendered resource's shape without contacting the server.
+    fn validate(&self, resource: &Value) -> Result<(), TargetError>;
+}
+
+/// The targets of a configuration, by name, with the facts templates see about them.
+#[derive(Clone, Default)]
+pub struct Targets {
+    targets: BTreeMap<String, Arc<dyn Target>>,
+    facts: serde_json::Map<String, Value>,
+}
+
+impl Targets {
+    /// Builds every target of `config`: reads each admin URL (from its environment variable or
+    /// file) and prepares a connection pool that connects on first use, so a server that is
+    /// down does not stop the broker from starting.
+    pub fn from_config(config: &BTreeMap<String, TargetConfig>) -> Result<Self, TargetError> {
+        let mut targets = Self::default();
+        for (name, target) in config {
+            let url = AdminUrl::resolve(name, target)?;
+            let timeout = target.timeout.unwrap_or(Duration::from_secs(10));
+            let built: Arc<dyn Target> = match target.kind {
+                TargetKind::Postgres => Arc::new(postgres::Postgres::new(name, &url, timeout)?),
+                TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, &url, timeout)?),
+                TargetKind::Redis => Arc::new(redis::Redis::new(name, &url, timeout)?),
+            };
+            targets.insert(name, built, facts(target, &url));
+        }
+        Ok(targets)
+    }
+
+    /// Adds a target under `name` with the facts templates see about it.
+    pub fn insert(&mut self, name: &str, target: Arc<dyn Target>, facts: Value) {
+        self.targets.insert(name.to_owned(), target);
+        self.facts.insert(name.to_owned(), facts);
+    }
+
+    /// The target called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Target>> {
+        self.targets.get(name)
+    }
+
+    /// `targets` in templates: for each target, `kind`, `host` and `port`.
+    pub fn facts(&self) -> Value {
+        Value::Object(self.facts.clone())
+    }
+}
+
+/// What bindings are told about a target: the configured host and port, else the admin URL's.
+pub fn facts(target: &TargetConfig, url: &AdminUrl) -> Value {
+    json!({
+        "kind": target.kind.as_str(),
+        "host": target.host.clone().unwrap_or_else(|| url.host().to_owned()),
+        "port": target.port.unwrap_or_else(|| url.port()),
+    })
+}
+
+/// Parses a resource into `T`, naming the target and the resource's kind on failure.
+fn parse<T: serde::de::DeserializeOwned>(target: &str, resource: &Value) -> Result<T, TargetError> {
+    serde_json::from_value(resource.clone()).map_err(|e| {
+        let kind = resource["kind"].as_str().unwrap_or("(no kind)");
+        TargetError::Invalid(format!("target {target}: resource of kind {kind}: {e}"))
+    })
+}
+
+/// Checks that `name` (a database, role or user name) has 1 to `max` bytes and no NUL, so the
+/// server stores exactly the name given (PostgreSQL would silently truncate a longer one).
+fn check_name(target: &str, what: &str, name: &str, max: usize) -> Result<(), TargetError> {
+    if name.is_empty() || name.len() > max || name.contains('\0') {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: a {what} name must be 1 to {max} bytes without NUL (got {} bytes); \
+             `safe_name(text, {max})` makes one",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that a secret has no NUL byte (servers cut or refuse them); never shows it.
+fn check_secret(target: &str, what: &str, secret: &str) -> Result<(), TargetError> {
+    if secret.is_empty() || secret.contains('\0') {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: the {what} must be non-empty and without NUL"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_for_length_and_nul() {
+        assert!(check_name("t", "role", "orders", 63).is_ok());
+        assert!(check_name("t", "role", &"a".repeat(64), 63).is_err());
+        assert!(check_name("t", "role", "", 63).is_err());
+        let e = check_name("t", "role", "a\0b", 63).unwrap_err();
+        assert!(e.to_string().contains("without NUL"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_appear_in_their_errors() {
+        let e = check_secret("t", "password", "hunter2\0").unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+}

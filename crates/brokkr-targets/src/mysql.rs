@@ -1,0 +1,333 @@
+//! The `mysql` target: databases and a user per binding on a shared MySQL 8 or MariaDB server.
+//!
+//! Resources:
+//!
+//! ```yaml
+//! kind: Database        # CREATE DATABASE … CHARACTER SET utf8mb4
+//! name: db_orders       # ≤ 64 characters
+//! ---
+//! kind: User            # 'name'@'%' with a password, granted on one database
+//! name: u_checkout      # ≤ 32 characters (MySQL's limit)
+//! password: "..."
+//! database: db_orders
+//! access: read-write    # or read-only (SELECT)
+//! ```
+//!
+//! Identifiers are quoted with backticks (a backtick doubled), literals with single quotes (a
+//! quote doubled) on sessions that run with `NO_BACKSLASH_ESCAPES`, so a backslash is never an
+//! escape; in `GRANT … ON db.*` the wildcards `_` and `%` are escaped so a grant names exactly
+//! one database. Deleting a user kills its connections and drops it; deleting a database kills
+//! the connections using it, drops it, and drops the users still granted on it.
+//!
+//! The admin user needs `CREATE`, `DROP`, `CREATE USER`, `PROCESS`, `CONNECTION ADMIN` (or
+//! `SUPER`) and the privileges it grants, `WITH GRANT OPTION`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::{AssertSqlSafe, Connection, Executor};
+
+use crate::sql::{Access, classify};
+use crate::{AdminUrl, Readiness, Target, TargetError, check_name, check_secret, parse};
+
+/// MySQL's database name limit.
+const MAX_DATABASE: usize = 64;
+/// MySQL 8's user name limit (MariaDB allows 80).
+const MAX_USER: usize = 32;
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+enum Resource {
+    Database {
+        name: String,
+    },
+    User {
+        name: String,
+        password: String,
+        database: String,
+        #[serde(default)]
+        access: Access,
+    },
+}
+
+/// A shared MySQL or MariaDB server.
+pub struct Mysql {
+    name: String,
+    server: String,
+    options: MySqlConnectOptions,
+    timeout: Duration,
+}
+
+/// Makes `\` an ordinary character in string literals on every session.
+const SESSION_SETUP: &str =
+    "SET SESSION sql_mode = CONCAT_WS(',', @@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES')";
+
+impl Mysql {
+    /// A target for the server at `url`. It connects for each call (steps are few and far
+    /// between), so a server that is down stops no one from starting and every error is the
+    /// server's own.
+    pub fn new(name: &str, url: &AdminUrl, timeout: Duration) -> Result<Self, TargetError> {
+        let options = MySqlConnectOptions::from_str(url.expose()).map_err(|_| {
+            TargetError::Invalid(format!("target {name}: the admin URL is not a MySQL URL"))
+        })?;
+        Ok(Self {
+            name: name.to_owned(),
+            server: url.server(),
+            options,
+            timeout,
+        })
+    }
+
+    fn err(&self, e: &sqlx::Error) -> TargetError {
+        classify("mysql", &self.name, &self.server, e)
+    }
+
+    fn resource(&self, resource: &Value) -> Result<Resource, TargetError> {
+        let r: Resource = parse(&self.name, resource)?;
+        match &r {
+            Resource::Database { name } => check_database(&self.name, name)?,
+            Resource::User {
+                name,
+                password,
+                database,
+                ..
+            } => {
+                check_name(&self.name, "user", name, MAX_USER)?;
+                check_database(&self.name, database)?;
+                check_secret(&self.name, "password", password)?;
+            }
+        }
+        Ok(r)
+    }
+
+    /// An admin connection whose string literals take no backslash escapes.
+    async fn admin(&self) -> Result<MySqlConnection, sqlx::Error> {
+        let mut conn = self.connect(None, None).await?;
+        conn.execute(SESSION_SETUP).await?;
+        Ok(conn)
+    }
+
+    async fn apply_user(
+        admin: &mut MySqlConnection,
+        name: &str,
+        password: &str,
+        database: &str,
+        access: Access,
+    ) -> Result<(), sqlx::Error> {
+        let user = account(name);
+        let secret = literal(password);
+        exec(
+            admin,
+            format!("CREATE USER IF NOT EXISTS {user} IDENTIFIED BY {secret}"),
+        )
+        .await?;
+        exec(admin, format!("ALTER USER {user} IDENTIFIED BY {secret}")).await?;
+        let on = format!("{}.*", grant_database(database));
+        // Start from no privileges, so a change of access takes away what it no longer gives.
+        exec(
+            admin,
+            format!("REVOKE ALL PRIVILEGES, GRANT OPTION FROM {user}"),
+        )
+        .await?;
+        let privileges = match access {
+            Access::ReadWrite => "ALL PRIVILEGES",
+            Access::ReadOnly => "SELECT, SHOW VIEW",
+        };
+        exec(admin, format!("GRANT {privileges} ON {on} TO {user}")).await
+    }
+
+    async fn delete_user(admin: &mut MySqlConnection, name: &str) -> Result<(), sqlx::Error> {
+        kill(admin, "USER", name).await?;
+        exec(admin, format!("DROP USER IF EXISTS {}", account(name))).await
+    }
+
+    async fn delete_database(admin: &mut MySqlConnection, name: &str) -> Result<(), sqlx::Error> {
+        kill(admin, "DB", name).await?;
+        exec(admin, format!("DROP DATABASE IF EXISTS {}", ident(name))).await?;
+        // Users of bindings that were never unbound.
+        let leftovers: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT User FROM mysql.db WHERE Db = ? AND Host = '%'")
+                .bind(grant_pattern(name))
+                .fetch_all(&mut *admin)
+                .await?;
+        for user in leftovers {
+            Self::delete_user(admin, &user).await?;
+        }
+        Ok(())
+    }
+
+    /// A connection to `database` (or the admin URL's) with the admin's credentials, or with
+    /// `login`'s.
+    async fn connect(
+        &self,
+        database: Option<&str>,
+        login: Option<(&str, &str)>,
+    ) -> Result<MySqlConnection, sqlx::Error> {
+        let mut options = self.options.clone();
+        if let Some(database) = database {
+            options = options.database(database);
+        }
+        if let Some((user, password)) = login {
+            options = options.username(user).password(password);
+        }
+        tokio::time::timeout(self.timeout, MySqlConnection::connect_with(&options))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?
+    }
+}
+
+#[async_trait]
+impl Target for Mysql {
+    async fn apply(&self, resource: &Value) -> Result<(), TargetError> {
+        let resource = self.resource(resource)?;
+        let mut conn = self.admin().await.map_err(|e| self.err(&e))?;
+        let admin = &mut conn;
+        let result = match resource {
+            Resource::Database { name } => {
+                exec(
+                    admin,
+                    format!(
+                        "CREATE DATABASE IF NOT EXISTS {} CHARACTER SET utf8mb4",
+                        ident(&name)
+                    ),
+                )
+                .await
+            }
+            Resource::User {
+                name,
+                password,
+                database,
+                access,
+            } => Self::apply_user(admin, &name, &password, &database, access).await,
+        };
+        result.map_err(|e| self.err(&e))
+    }
+
+    async fn delete(&self, resource: &Value) -> Result<(), TargetError> {
+        let resource = self.resource(resource)?;
+        let mut conn = self.admin().await.map_err(|e| self.err(&e))?;
+        let result = match resource {
+            Resource::Database { name } => Self::delete_database(&mut conn, &name).await,
+            Resource::User { name, .. } => Self::delete_user(&mut conn, &name).await,
+        };
+        result.map_err(|e| self.err(&e))
+    }
+
+    async fn ready(&self, resource: &Value) -> Result<Readiness, TargetError> {
+        let (database, login) = match self.resource(resource)? {
+            Resource::Database { name } => (name, None),
+            Resource::User {
+                name,
+                password,
+                database,
+                ..
+            } => (database, Some((name, password))),
+        };
+        let login_ref = login.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
+        let probe = async {
+            let mut conn = self.connect(Some(&database), login_ref).await?;
+            sqlx::query("SELECT 1").execute(&mut conn).await?;
+            conn.close().await
+        };
+        Ok(match probe.await {
+            Ok(()) => Readiness::Ready,
+            Err(e) => {
+                let who = login.as_ref().map_or("the admin user", |(u, _)| u.as_str());
+                let first = e.to_string().lines().next().unwrap_or_default().to_owned();
+                Readiness::Waiting(format!(
+                    "{who} cannot yet query database {database} on {}: {first}",
+                    self.server
+                ))
+            }
+        })
+    }
+
+    fn validate(&self, resource: &Value) -> Result<(), TargetError> {
+        self.resource(resource).map(drop)
+    }
+}
+
+/// Kills the connections whose processlist `column` (`USER` or `DB`) is `value`.
+async fn kill(admin: &mut MySqlConnection, column: &str, value: &str) -> Result<(), sqlx::Error> {
+    let sql = match column {
+        "USER" => {
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND ID <> CONNECTION_ID()"
+        }
+        _ => "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
+    };
+    let ids: Vec<u64> = sqlx::query_scalar(sql)
+        .bind(value)
+        .fetch_all(&mut *admin)
+        .await?;
+    for id in ids {
+        // The connection may have ended meanwhile (unknown thread id): nothing to do.
+        let _ = exec(admin, format!("KILL CONNECTION {id}")).await;
+    }
+    Ok(())
+}
+
+/// Runs a statement this module built with [`ident`], [`literal`] and [`account`].
+async fn exec(admin: &mut MySqlConnection, statement: String) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(statement))
+        .execute(admin)
+        .await
+        .map(drop)
+}
+
+fn check_database(target: &str, name: &str) -> Result<(), TargetError> {
+    check_name(target, "database", name, MAX_DATABASE)?;
+    if name.ends_with(' ') || name.contains(['/', '\\', '.']) {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: a database name cannot contain `/`, `\\` or `.`, or end with a space"
+        )));
+    }
+    Ok(())
+}
+
+/// An identifier in backticks.
+fn ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// A string literal, for sessions with `NO_BACKSLASH_ESCAPES`.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The account `'name'@'%'`.
+fn account(name: &str) -> String {
+    format!("{}@'%'", literal(name))
+}
+
+/// A database name as `GRANT` reads it: `_` and `%` would be wildcards there.
+fn grant_pattern(name: &str) -> String {
+    name.replace('\\', "\\\\")
+        .replace('_', "\\_")
+        .replace('%', "\\%")
+}
+
+/// The database part of `GRANT … ON db.*`, matching exactly `name`.
+fn grant_database(name: &str) -> String {
+    ident(&grant_pattern(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_is_by_construction() {
+        assert_eq!(ident("a`b"), "`a``b`");
+        assert_eq!(literal("it's"), "'it''s'");
+        assert_eq!(literal(r"a\'b"), r"'a\''b'");
+        assert_eq!(
+            account("u'; DROP USER root; --"),
+            r"'u''; DROP USER root; --'@'%'"
+        );
+        assert_eq!(grant_database("db_1%"), r"`db\_1\%`");
+    }
+}

@@ -1,0 +1,48 @@
+//! What the SQL targets share: sorting driver errors into retryable and final ones, and the
+//! access levels a binding's user may get.
+
+use serde::Deserialize;
+
+use crate::TargetError;
+
+/// What a binding's user may do in its instance's database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Read and write data, and create, change and drop tables.
+    #[default]
+    ReadWrite,
+    /// Read data only, including tables created later.
+    ReadOnly,
+}
+
+/// Turns a driver error into a [`TargetError`] that names the target and its server. Errors
+/// that a later attempt may not see (connection failures, timeouts, a busy or restarting
+/// server: SQLSTATE classes 08, 40, 53, 57, 58) are [`TargetError::Unavailable`].
+pub(crate) fn classify(kind: &str, target: &str, server: &str, e: &sqlx::Error) -> TargetError {
+    let message = format!("{kind} target {target} ({server}): {e}");
+    let transient = match e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            ["08", "40", "53", "57", "58"]
+                .iter()
+                .any(|c| code.starts_with(c))
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    if transient {
+        TargetError::Unavailable(message)
+    } else {
+        TargetError::Invalid(message)
+    }
+}
+
+/// Whether `e` is a database error with SQLSTATE `code`.
+pub(crate) fn has_code(e: &sqlx::Error, code: &str) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
+}
