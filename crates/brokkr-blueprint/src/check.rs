@@ -56,7 +56,11 @@ pub fn registry_reads_in(source: &str) -> Vec<String> {
         .find_iter(source)
         .flat_map(|block| REGISTRY_READ.captures_iter(block.as_str()))
         .filter(|c| c.get(6).is_none())
-        .filter_map(|c| (1..=5).find_map(|i| c.get(i)).map(|m| m.as_str().to_owned()))
+        .filter_map(|c| {
+            (1..=5)
+                .find_map(|i| c.get(i))
+                .map(|m| m.as_str().to_owned())
+        })
         .collect()
 }
 

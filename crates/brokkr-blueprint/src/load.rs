@@ -8,11 +8,11 @@ use std::sync::Arc;
 use brokkr_osb::{Catalog, Plan, Service};
 use serde_json::Value;
 
+use crate::check;
 use crate::config::{
     BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase,
     RegistryEntry, Step, TargetConfig,
 };
-use crate::check;
 use crate::schema::ParameterSchema;
 use crate::span::{Position, SourceMap};
 use crate::template::{Renderer, TemplateError};
@@ -86,7 +86,11 @@ impl fmt::Display for ConfigError {
             return write!(f, "\n  --> {}", self.file);
         }
         let gutter = " ".repeat(self.line.to_string().len());
-        write!(f, "\n{gutter}--> {}:{}:{}", self.file, self.line, self.column)?;
+        write!(
+            f,
+            "\n{gutter}--> {}:{}:{}",
+            self.file, self.line, self.column
+        )?;
         if !self.source.is_empty() {
             let line = self.source.trim_end();
             // Columns count characters; a tab in the indentation is kept so carets line up.
@@ -263,11 +267,7 @@ pub fn load_sources(sources: &[(String, String)]) -> Result<Config, ConfigErrors
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    Validator {
-        errors,
-        maps,
-    }
-    .run(files)
+    Validator { errors, maps }.run(files)
 }
 
 /// Loads a single YAML document.
@@ -707,7 +707,13 @@ impl Validator {
                 if let Err(e) = renderer.check(&binding.credentials) {
                     self.template_error(file, &field, &binding.credentials, &e);
                 }
-                self.check_reads(file, &field, &binding.credentials, &binding_keys, NONE_LATER);
+                self.check_reads(
+                    file,
+                    &field,
+                    &binding.credentials,
+                    &binding_keys,
+                    NONE_LATER,
+                );
                 for (suffix, message) in check::credentials_literals(&binding.credentials) {
                     self.error_at(file, &field, &format!("{field}{suffix}"), message);
                 }
@@ -728,7 +734,13 @@ impl Validator {
     ) {
         for (i, step) in steps.iter().enumerate() {
             for (j, tree) in step.templates.iter().enumerate() {
-                self.check_reads(file, &format!("{at}[{i}].templates[{j}]"), tree, keys, later);
+                self.check_reads(
+                    file,
+                    &format!("{at}[{i}].templates[{j}]"),
+                    tree,
+                    keys,
+                    later,
+                );
             }
             if let Some(when) = &step.when {
                 let tree = Value::String(format!("{{{{ {when} }}}}"));

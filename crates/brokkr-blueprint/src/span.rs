@@ -180,9 +180,16 @@ blueprints:
         assert_eq!(at("targets.pg"), (2, 7, 1), "a flow mapping at its brace");
         assert_eq!(at("targets.pg.url_env"), (2, 33, 2));
         assert_eq!(at("blueprints[0].plan"), (5, 9, 1));
-        assert_eq!(at("blueprints[0].instance"), (6, 3, 8), "a block mapping at its key");
+        assert_eq!(
+            at("blueprints[0].instance"),
+            (6, 3, 8),
+            "a block mapping at its key"
+        );
         assert_eq!(at("blueprints[0].instance.steps[0].target"), (9, 15, 4));
-        assert_eq!(at("blueprints[0].instance.steps[0].templates[1]"), (10, 22, 1));
+        assert_eq!(
+            at("blueprints[0].instance.steps[0].templates[1]"),
+            (10, 22, 1)
+        );
         assert_eq!(
             at("blueprints[0].instance.steps[0].templates[1].kind"),
             (10, 29, 1)
