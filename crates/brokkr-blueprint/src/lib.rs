@@ -11,12 +11,14 @@
 //! trees, [`credentials`] checks credentials against the servicebinding.io well-known entries, and
 //! [`schema`] validates parameters against a plan's JSON Schemas.
 
+pub mod check;
 pub mod config;
 pub mod credentials;
 pub mod evaluate;
 pub mod functions;
 pub mod load;
 pub mod schema;
+pub mod span;
 pub mod template;
 
 pub use config::{Blueprint, BrokerConfig, Phase, RegistryEntry, Step, TargetConfig, TargetKind};

@@ -8,31 +8,105 @@ use std::sync::Arc;
 use brokkr_osb::{Catalog, Plan, Service};
 use serde_json::Value;
 
+use crate::check;
 use crate::config::{
     BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase,
     RegistryEntry, Step, TargetConfig,
 };
 use crate::schema::ParameterSchema;
-use crate::template::Renderer;
+use crate::span::{Position, SourceMap};
+use crate::template::{Renderer, TemplateError};
 
 /// One problem in a configuration, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The file, as given.
     pub file: String,
-    /// The field path, e.g. `catalog.services[0].plans[1].id`; empty for syntax errors.
+    /// The field path, e.g. `catalog.services[0].plans[1].id`; empty when the problem is not
+    /// one field's (a syntax error, an unreadable file).
     pub field: String,
-    /// What is wrong; for syntax errors, the parser's report with line, column and snippet.
+    /// What is wrong.
     pub message: String,
+    /// 1-based line of the field (or of its nearest written ancestor); 0 when unknown.
+    pub line: usize,
+    /// 1-based column, in characters; 0 when unknown.
+    pub column: usize,
+    /// The source line, for the snippet; empty when it is not shown.
+    pub source: String,
+    /// How many characters of the line the caret underlines.
+    pub width: usize,
 }
 
+impl ConfigError {
+    fn new(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            file: file.to_owned(),
+            field: field.into(),
+            message: message.into(),
+            line: 0,
+            column: 0,
+            source: String::new(),
+            width: 0,
+        }
+    }
+
+    /// Places the error at `position` of `map`, with the line as its snippet. Lines of the
+    /// broker's credentials, and lines that may hold a literal password, token or key, are never
+    /// shown.
+    fn at(mut self, map: &SourceMap, position: Option<Position>) -> Self {
+        if let Some(p) = position {
+            self.line = p.line;
+            self.column = p.column;
+            self.width = p.width;
+            let sensitive = self.field.contains("auth")
+                || map.line(p.line).is_some_and(|l| {
+                    let l = l.to_ascii_lowercase();
+                    ["password", "token", "private-key"]
+                        .iter()
+                        .any(|word| l.contains(word))
+                        && !l.contains("{{")
+                });
+            if !sensitive {
+                self.source = map.line(p.line).unwrap_or_default().to_owned();
+            }
+        }
+        self
+    }
+}
+
+/// `field: message`, then rustc-style `--> file:line:column` and the line with a caret.
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.field.is_empty() {
-            write!(f, "{}: {}", self.file, self.message)
+            write!(f, "{}", self.message)?;
         } else {
-            write!(f, "{}: {}: {}", self.file, self.field, self.message)
+            write!(f, "{}: {}", self.field, self.message)?;
         }
+        if self.line == 0 {
+            return write!(f, "\n  --> {}", self.file);
+        }
+        let gutter = " ".repeat(self.line.to_string().len());
+        write!(
+            f,
+            "\n{gutter}--> {}:{}:{}",
+            self.file, self.line, self.column
+        )?;
+        if !self.source.is_empty() {
+            let line = self.source.trim_end();
+            // Columns count characters; a tab in the indentation is kept so carets line up.
+            let pad: String = line
+                .chars()
+                .take(self.column - 1)
+                .map(|c| if c == '\t' { '\t' } else { ' ' })
+                .collect();
+            let carets = "^".repeat(self.width.max(1));
+            write!(
+                f,
+                "\n{gutter} |\n{} | {line}\n{gutter} | {pad}{carets}",
+                self.line
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -44,6 +118,7 @@ impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, e) in self.0.iter().enumerate() {
             if i > 0 {
+                writeln!(f)?;
                 writeln!(f)?;
             }
             write!(f, "error: {e}")?;
@@ -146,11 +221,11 @@ impl Config {
 /// Loads a configuration from a YAML file or from every `*.yaml`/`*.yml` file of a directory.
 pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
     let io_err = |file: &Path, e: std::io::Error| {
-        ConfigErrors(vec![ConfigError {
-            file: file.display().to_string(),
-            field: String::new(),
-            message: format!("cannot read: {e}"),
-        }])
+        ConfigErrors(vec![ConfigError::new(
+            &file.display().to_string(),
+            "",
+            format!("cannot read: {e}"),
+        )])
     };
     let files: Vec<PathBuf> = if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
@@ -178,20 +253,21 @@ pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
 pub fn load_sources(sources: &[(String, String)]) -> Result<Config, ConfigErrors> {
     let mut errors = Vec::new();
     let mut files = Vec::new();
+    let mut maps = HashMap::new();
     for (name, text) in sources {
-        match parse(name, text) {
+        let map = SourceMap::new(text);
+        match parse(text) {
             Ok(file) => files.push((name.clone(), file)),
-            Err(message) => errors.push(ConfigError {
-                file: name.clone(),
-                field: String::new(),
-                message,
-            }),
+            Err((message, position)) => {
+                errors.push(ConfigError::new(name, "", message).at(&map, position))
+            }
         }
+        maps.insert(name.clone(), map);
     }
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    Validator::default().run(files)
+    Validator { errors, maps }.run(files)
 }
 
 /// Loads a single YAML document.
@@ -199,8 +275,8 @@ pub fn load_str(name: &str, yaml: &str) -> Result<Config, ConfigErrors> {
     load_sources(&[(name.to_owned(), yaml.to_owned())])
 }
 
-/// Parses one file; a syntax error's report names `name` in its snippet.
-fn parse(name: &str, text: &str) -> Result<File, String> {
+/// Parses one file; an error comes with its message (without a snippet) and position.
+fn parse(text: &str) -> Result<File, (String, Option<Position>)> {
     if text.trim().is_empty() {
         return Ok(File::default());
     }
@@ -209,24 +285,85 @@ fn parse(name: &str, text: &str) -> Result<File, String> {
         leading_zero_numbers_as_strings: true,
     };
     serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-        let report = e.to_string();
-        let report = report.strip_prefix("error: ").unwrap_or(&report);
-        report.replace("<input>", name)
+        let position = e.location().filter(|l| l.line() > 0).map(|l| Position {
+            line: l.line() as usize,
+            column: (l.column() as usize).max(1),
+            width: 1,
+        });
+        let message = e.without_snippet().to_string();
+        let mut message = message.strip_prefix("error: ").unwrap_or(&message);
+        if let Some(p) = position {
+            // The position is shown below the message, rustc-style.
+            let suffix = format!(" at line {}, column {}", p.line, p.column);
+            message = message.strip_suffix(&suffix).unwrap_or(message);
+        }
+        (message.to_owned(), position)
     })
 }
 
-#[derive(Default)]
+/// For reads where no key is defined later.
+const NONE_LATER: (&[String], &str) = (&[], "");
+
 struct Validator {
     errors: Vec<ConfigError>,
+    maps: HashMap<String, SourceMap>,
 }
 
 impl Validator {
     fn error(&mut self, file: &str, field: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(ConfigError {
-            file: file.to_owned(),
-            field: field.into(),
-            message: message.into(),
-        });
+        let field = field.into();
+        self.error_at(file, field.clone(), &field, message);
+    }
+
+    /// An error about `field`, shown at `place` (a field path that may go deeper, e.g. into a
+    /// template tree).
+    fn error_at(
+        &mut self,
+        file: &str,
+        field: impl Into<String>,
+        place: &str,
+        message: impl Into<String>,
+    ) {
+        let error = ConfigError::new(file, field, message);
+        let error = match self.maps.get(file) {
+            Some(map) => error.at(map, map.locate(place)),
+            None => error,
+        };
+        self.errors.push(error);
+    }
+
+    /// A template error in `tree`, written at `field`, shown at the failing leaf.
+    fn template_error(&mut self, file: &str, field: &str, tree: &Value, e: &TemplateError) {
+        let place = format!("{field}{}", check::pointer_to_field(tree, &e.path));
+        self.error_at(file, field, &place, e.to_string());
+    }
+
+    /// Reports registry reads in `tree` (written at `field`) of keys not in `defined`; `later`
+    /// are keys defined after this point, and `why` says where, for a better message.
+    fn check_reads(
+        &mut self,
+        file: &str,
+        field: &str,
+        tree: &Value,
+        defined: &[String],
+        (later, why): (&[String], &str),
+    ) {
+        for (at, key) in check::registry_reads(tree) {
+            if defined.contains(&key) {
+                continue;
+            }
+            let message = if later.contains(&key) {
+                format!("registry key {key:?} {why}")
+            } else if defined.is_empty() {
+                format!("registry key {key:?} is not defined (no registry entry is defined here)")
+            } else {
+                format!(
+                    "registry key {key:?} is not defined (defined here: {})",
+                    defined.join(", ")
+                )
+            };
+            self.error_at(file, field, &format!("{field}{at}"), message);
+        }
     }
 
     fn run(mut self, files: Vec<(String, File)>) -> Result<Config, ConfigErrors> {
@@ -298,7 +435,7 @@ impl Validator {
         let renderer = Renderer::new();
         for (t, (file, tree)) in &templates {
             if let Err(e) = renderer.check(tree) {
-                self.error(file, format!("templates.{t}"), e.to_string());
+                self.template_error(file, &format!("templates.{t}"), tree, &e);
             }
         }
         let target_names: HashSet<String> = targets.keys().cloned().collect();
@@ -519,15 +656,16 @@ impl Validator {
             renderer,
             &[],
         );
-        if let Some(binding) = &blueprint.binding {
-            self.check_registry(
+        let binding_keys = match &blueprint.binding {
+            Some(binding) => self.check_registry(
                 file,
                 &format!("{at}.binding.registry"),
                 &binding.registry,
                 renderer,
                 &instance_keys,
-            );
-        }
+            ),
+            None => instance_keys.clone(),
+        };
         self.check_steps(
             file,
             &format!("{at}.instance.steps"),
@@ -535,6 +673,13 @@ impl Validator {
             &instance_phases,
             renderer,
             names,
+        );
+        self.check_step_reads(
+            file,
+            &format!("{at}.instance.steps"),
+            &blueprint.instance.steps,
+            &instance_keys,
+            (&binding_keys, "is defined only in the binding's registry"),
         );
         match (&mut blueprint.binding, bindable) {
             (None, true) => self.error(
@@ -548,19 +693,59 @@ impl Validator {
                 "the plan is not bindable; remove this section or set `bindable: true`",
             ),
             (Some(binding), true) => {
+                let steps_at = format!("{at}.binding.steps");
                 self.check_steps(
                     file,
-                    &format!("{at}.binding.steps"),
+                    &steps_at,
                     &mut binding.steps,
                     &[Phase::Bind, Phase::Unbind],
                     renderer,
                     names,
                 );
+                self.check_step_reads(file, &steps_at, &binding.steps, &binding_keys, NONE_LATER);
+                let field = format!("{at}.binding.credentials");
                 if let Err(e) = renderer.check(&binding.credentials) {
-                    self.error(file, format!("{at}.binding.credentials"), e.to_string());
+                    self.template_error(file, &field, &binding.credentials, &e);
+                }
+                self.check_reads(
+                    file,
+                    &field,
+                    &binding.credentials,
+                    &binding_keys,
+                    NONE_LATER,
+                );
+                for (suffix, message) in check::credentials_literals(&binding.credentials) {
+                    self.error_at(file, &field, &format!("{field}{suffix}"), message);
                 }
             }
             (None, false) => {}
+        }
+    }
+
+    /// Reports registry reads of unknown keys in steps' templates and conditions; `later` are
+    /// keys only a binding defines.
+    fn check_step_reads(
+        &mut self,
+        file: &str,
+        at: &str,
+        steps: &[Step],
+        keys: &[String],
+        later: (&[String], &str),
+    ) {
+        for (i, step) in steps.iter().enumerate() {
+            for (j, tree) in step.templates.iter().enumerate() {
+                self.check_reads(
+                    file,
+                    &format!("{at}[{i}].templates[{j}]"),
+                    tree,
+                    keys,
+                    later,
+                );
+            }
+            if let Some(when) = &step.when {
+                let tree = Value::String(format!("{{{{ {when} }}}}"));
+                self.check_reads(file, &format!("{at}[{i}].when"), &tree, keys, later);
+            }
         }
     }
 
@@ -574,6 +759,7 @@ impl Validator {
         inherited: &[String],
     ) -> Vec<String> {
         let mut keys = inherited.to_vec();
+        let all: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
         for (i, entry) in entries.iter().enumerate() {
             let at = format!("{at}[{i}]");
             let valid = entry
@@ -599,9 +785,17 @@ impl Validator {
                     format!("duplicate registry key {:?}", entry.name),
                 );
             }
+            let field = format!("{at}.value");
             if let Err(e) = renderer.check(&entry.value) {
-                self.error(file, format!("{at}.value"), e.to_string());
+                self.template_error(file, &field, &entry.value, &e);
             }
+            self.check_reads(
+                file,
+                &field,
+                &entry.value,
+                &keys,
+                (&all[i..], "is used before it is defined"),
+            );
             keys.push(entry.name.clone());
         }
         keys
@@ -725,7 +919,7 @@ impl Validator {
                 },
                 Value::Object(_) => {
                     if let Err(e) = renderer.check(entry) {
-                        self.error(file, field, e.to_string());
+                        self.template_error(file, &field, entry, &e);
                     }
                 }
                 _ => self.error(
@@ -820,7 +1014,7 @@ mod tests {
     #[test]
     fn syntax_errors_name_file_and_line() {
         let errs = errors("catalog:\n  services: [\n");
-        assert!(errs[0].starts_with("broken.yaml: "), "{errs:?}");
+        assert!(errs[0].contains("\n --> broken.yaml:2:13\n"), "{errs:?}");
         let errs = errors("catalog:\n  servics: []\n");
         assert!(errs[0].contains("servics"), "{errs:?}");
         assert!(

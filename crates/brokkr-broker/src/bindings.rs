@@ -116,6 +116,7 @@ async fn bind(
         )));
     }
     let entry = plan_entry(&broker, &req.service_id, &req.plan_id)?;
+    let entry = &*entry;
     let Some(blueprint) = entry
         .blueprint
         .binding
@@ -331,7 +332,8 @@ async fn unbind(
                 _ => Ok(json_response(StatusCode::OK, &json!({}))),
             };
         }
-        let entry = broker.config.plan(&current.service_id, &current.plan_id);
+        let config = broker.config();
+        let entry = config.plan(&current.service_id, &current.plan_id);
         let steps = entry
             .map(|e| e.binding_steps(Phase::Unbind))
             .unwrap_or_default();
@@ -382,7 +384,7 @@ async fn fetch(
             )
         })?;
     let retrievable = broker
-        .config
+        .config()
         .catalog
         .service(&r.service_id)
         .is_none_or(|s| s.bindings_retrievable.unwrap_or(false));

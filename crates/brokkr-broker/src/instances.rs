@@ -52,17 +52,18 @@ pub(crate) fn accepted(op: &Operation) -> Response {
 }
 
 /// Looks up a plan, explaining which id is unknown.
-pub(crate) fn plan_entry<'a>(
-    broker: &'a Broker,
+pub(crate) fn plan_entry(
+    broker: &Broker,
     service_id: &str,
     plan_id: &str,
-) -> Result<&'a Arc<PlanEntry>, ApiError> {
-    if broker.config.catalog.service(service_id).is_none() {
+) -> Result<Arc<PlanEntry>, ApiError> {
+    let config = broker.config();
+    if config.catalog.service(service_id).is_none() {
         return Err(ApiError::bad_request(format!(
             "service_id {service_id:?} is not in the catalog"
         )));
     }
-    broker.config.plan(service_id, plan_id).ok_or_else(|| {
+    config.plan(service_id, plan_id).cloned().ok_or_else(|| {
         ApiError::bad_request(format!(
             "plan_id {plan_id:?} is not a plan of service {service_id:?}"
         ))
@@ -233,6 +234,7 @@ async fn provision(
     )
     .await?;
     let entry = plan_entry(&broker, &req.service_id, &req.plan_id)?;
+    let entry = &*entry;
     check_maintenance_info(entry, req.maintenance_info.as_ref())?;
     validate_parameters(
         entry.instance_create_schema.as_ref(),
@@ -454,9 +456,10 @@ async fn update(
         .clone()
         .unwrap_or_else(|| current.plan_id.clone());
     let entry = plan_entry(&broker, &req.service_id, &target_plan)?;
+    let entry = &*entry;
     if target_plan != current.plan_id {
         let updateable = broker
-            .config
+            .config()
             .plan(&current.service_id, &current.plan_id)
             .map_or_else(|| entry.plan_updateable(), |e| e.plan_updateable());
         if !updateable {
@@ -621,7 +624,8 @@ async fn deprovision(
                 }
             }
         }
-        let entry = broker.config.plan(&current.service_id, &current.plan_id);
+        let config = broker.config();
+        let entry = config.plan(&current.service_id, &current.plan_id);
         let steps = entry
             .map(|e| e.instance_steps(Phase::Deprovision))
             .unwrap_or_default();
@@ -670,7 +674,7 @@ async fn fetch(State(broker): State<AppState>, Path(instance_id): Path<String>) 
         .filter(|r| r.status == Status::Ready)
         .ok_or_else(not_found)?;
     let retrievable = broker
-        .config
+        .config()
         .catalog
         .service(&r.service_id)
         .is_none_or(|s| s.instances_retrievable.unwrap_or(false));

@@ -21,6 +21,7 @@ pub mod metrics;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -40,8 +41,9 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
 /// Everything the handlers share.
 pub struct Broker {
-    /// The validated configuration.
-    pub config: Arc<Config>,
+    /// The validated configuration; replaced whole when `serve` reloads it. A request works with
+    /// the configuration it started with.
+    config: ArcSwap<Config>,
     /// The operation engine (and through it, the store).
     pub engine: Engine,
     /// Who may call the OSB API.
@@ -57,7 +59,7 @@ impl Broker {
     pub fn new(config: Arc<Config>, engine: Engine, auth: Auth, admin_auth: Option<Auth>) -> Self {
         let metrics = metrics::Metrics::new(&engine);
         Self {
-            config,
+            config: ArcSwap::new(config),
             engine,
             auth,
             admin_auth,
@@ -65,8 +67,20 @@ impl Broker {
         }
     }
 
+    /// The configuration now served.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// Serves `config` from now on: the catalog and new requests see it; operations already
+    /// under way keep the steps they were created with.
+    pub fn replace_config(&self, config: Arc<Config>) {
+        self.config.store(config);
+    }
+
     fn max_body_bytes(&self) -> usize {
         self.config
+            .load()
             .broker
             .max_body_bytes
             .unwrap_or(DEFAULT_MAX_BODY_BYTES)
@@ -74,6 +88,7 @@ impl Broker {
 
     fn sync_timeout(&self) -> Duration {
         self.config
+            .load()
             .broker
             .sync_timeout
             .unwrap_or(DEFAULT_SYNC_TIMEOUT)
@@ -112,7 +127,7 @@ pub fn router(broker: AppState) -> Router {
 async fn catalog(State(broker): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        broker.config.catalog_json().to_vec(),
+        broker.config.load().catalog_json().to_vec(),
     )
         .into_response()
 }

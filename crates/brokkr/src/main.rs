@@ -1,6 +1,7 @@
 //! The `brokkr` command: `serve` runs the broker; `check` and `catalog` inspect a configuration.
 
 mod bench;
+mod reload;
 mod render;
 mod secrets;
 mod serve;
@@ -28,8 +29,8 @@ enum Command {
         #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Show what a plan computes for an instance and a binding (registry values, credentials),
-    /// without a store or a target.
+    /// Show what a plan's provision (or, with --binding, bind) computes — registry values, the
+    /// resources each step applies, credentials — without a store or a target.
     Render(render::RenderArgs),
     /// Drive load against an OSB broker (this one or any other) and report throughput and latency.
     Bench(bench::BenchArgs),

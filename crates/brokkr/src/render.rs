@@ -1,5 +1,6 @@
 //! `brokkr render`: what a plan would compute for an instance and a binding, without a store or a
-//! target — registry values and credentials — as a YAML stream, for review and tests.
+//! target — registry values, the resources each step would apply, and credentials — as a YAML
+//! stream, for review and tests.
 
 use std::path::PathBuf;
 
@@ -7,7 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use brokkr_blueprint::evaluate::{Evaluator, Subject};
 use brokkr_blueprint::schema::ParameterSchema;
 use brokkr_blueprint::template::Renderer;
-use brokkr_blueprint::{Config, RegistryEntry};
+use brokkr_blueprint::{Config, Phase, RegistryEntry, Step, TargetConfig, TargetKind};
 use clap::Args;
 use serde_json::{Map, Value, json};
 
@@ -30,7 +31,7 @@ pub struct RenderArgs {
     /// Provision parameters: JSON, or @FILE.
     #[arg(long)]
     params: Option<String>,
-    /// Also render a binding.
+    /// Render a bind (its registry, resources and credentials) instead of a provision.
     #[arg(long)]
     binding: bool,
     /// Bind parameters: JSON, or @FILE.
@@ -112,11 +113,136 @@ fn document(comment: &str, value: &Value) -> Result<String> {
     Ok(format!("# {comment}\n{}", yaml.trim_end()))
 }
 
+/// What templates are told about each target (`targets.NAME.kind/host/port`): the configured
+/// host and port, else those of the admin URL when its variable or file can be read, else a
+/// placeholder host and a null port. The URL itself is never shown.
+fn target_facts(targets: &std::collections::BTreeMap<String, TargetConfig>) -> Value {
+    let facts = targets
+        .iter()
+        .map(|(name, target)| {
+            let url = target
+                .url_env
+                .as_ref()
+                .and_then(|var| std::env::var(var).ok())
+                .or_else(|| {
+                    let file = target.url_file.as_ref()?;
+                    std::fs::read_to_string(file).ok()
+                })
+                .and_then(|text| reqwest::Url::parse(text.trim()).ok());
+            let host = target
+                .host
+                .clone()
+                .or_else(|| url.as_ref()?.host_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("<host of {name}>"));
+            let default_port = match target.kind {
+                TargetKind::Postgres => 5432,
+                TargetKind::Mysql => 3306,
+                TargetKind::Redis => 6379,
+            };
+            let port = target
+                .port
+                .or_else(|| url.as_ref().map(|u| u.port().unwrap_or(default_port)));
+            let fact = json!({"kind": target.kind.as_str(), "host": host, "port": port});
+            (name.clone(), fact)
+        })
+        .collect();
+    Value::Object(facts)
+}
+
+/// Replaces every occurrence of a secret in the string leaves of `value`.
+fn mask_values(value: &mut Value, secrets: &[String]) {
+    match value {
+        Value::String(s) => {
+            for secret in secrets {
+                if s.contains(secret.as_str()) {
+                    *s = s.replace(secret.as_str(), MASK);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| mask_values(v, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|v| mask_values(v, secrets)),
+        _ => {}
+    }
+}
+
+/// The secret registry values of `registry` as they may appear in rendered text.
+fn secret_values(registry: &Value, keys: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = keys
+        .iter()
+        .filter_map(|k| registry.get(*k))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    // Longer first, so that a secret containing another is masked whole.
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out
+}
+
+/// Whether a `when` result lets its step run (as the engine decides).
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// One document per rendered template of each `target` step of `steps`, in order; secrets
+/// masked unless `show_secrets`.
+fn step_documents(
+    evaluator: &Evaluator,
+    steps: &[Step],
+    phase: Phase,
+    context: &Value,
+    secrets: &[String],
+    show_secrets: bool,
+) -> Result<Vec<String>> {
+    let mut documents = Vec::new();
+    for step in steps {
+        if let Some(when) = &step.when {
+            let condition = Value::String(format!("{{{{ {when} }}}}"));
+            let value = evaluator
+                .renderer
+                .render(&condition, context)
+                .map_err(|e| anyhow!("step {:?}: condition: {e}", step.name))?;
+            if !truthy(&value) {
+                continue;
+            }
+        }
+        let Some(target) = &step.target else {
+            continue;
+        };
+        let resources = evaluator
+            .resources(&step.templates, context)
+            .map_err(|e| anyhow!("step {:?}: {e}", step.name))?;
+        let count = resources.len();
+        for (i, mut resource) in resources.into_iter().enumerate() {
+            if !show_secrets {
+                mask_values(&mut resource, secrets);
+            }
+            let comment = format!(
+                "{} step {}, target {target}, template {} of {count}",
+                phase.as_str(),
+                step.name,
+                i + 1
+            );
+            documents.push(document(&comment, &resource)?);
+        }
+    }
+    Ok(documents)
+}
+
 /// Renders and prints; errors name what failed.
 pub fn run(args: RenderArgs, config: &Config) -> Result<()> {
     let text = render(&args, config)?;
     if text.is_empty() {
-        eprintln!("nothing to print: add --show-registry or --binding");
+        eprintln!("nothing to print: the operation applies no templates (add --show-registry)");
     }
     println!("{text}");
     Ok(())
@@ -132,7 +258,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         })
         .ok_or_else(|| anyhow!("no plan {:?} of service {:?}", args.plan, args.service))?;
     let renderer = args.seed.map_or_else(Renderer::new, Renderer::with_seed);
-    let evaluator = Evaluator::new(renderer, Value::Null);
+    let evaluator = Evaluator::new(renderer, target_facts(&config.targets));
     let params = parameters(args.params.as_deref())?;
     check(entry.instance_create_schema.as_ref(), &params, "provision")?;
     let attrs = json!({ "parameters": params });
@@ -160,6 +286,18 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             &shown,
         )?);
     }
+    let instance_secrets = secret_values(&instance_registry, &secrets);
+    if !args.binding {
+        let context = evaluator.context(&instance, None);
+        documents.extend(step_documents(
+            &evaluator,
+            &entry.instance_steps(Phase::Provision),
+            Phase::Provision,
+            &context,
+            &instance_secrets,
+            args.show_secrets,
+        )?);
+    }
     if args.binding {
         let binding_blueprint = blueprint
             .binding
@@ -178,9 +316,9 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             evaluator.registry(&binding_blueprint.registry, &instance, Some(&binding))?;
         let registry = Value::Object(registry);
         binding.registry = &registry;
+        let mut secrets = secrets.clone();
+        secrets.extend(secret_keys(&binding_blueprint.registry));
         if args.show_registry {
-            let mut secrets = secrets.clone();
-            secrets.extend(secret_keys(&binding_blueprint.registry));
             let shown = masked(
                 registry.as_object().expect("a map"),
                 |k| secrets.contains(&k),
@@ -191,6 +329,15 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
                 &shown,
             )?);
         }
+        let context = evaluator.context(&instance, Some(&binding));
+        documents.extend(step_documents(
+            &evaluator,
+            &entry.binding_steps(Phase::Bind),
+            Phase::Bind,
+            &context,
+            &secret_values(&registry, &secrets),
+            args.show_secrets,
+        )?);
         let credentials =
             evaluator.credentials(&binding_blueprint.credentials, &instance, &binding)?;
         let shown = masked(
@@ -212,6 +359,8 @@ mod tests {
     use clap::Parser;
 
     const CONFIG: &str = r#"
+targets:
+  pg: {kind: postgres, url_env: BROKKR_RENDER_TEST_NEVER_SET, port: 6432}
 catalog:
   services:
   - name: db
@@ -225,9 +374,26 @@ blueprints:
   instance:
     registry:
     - {name: database, value: "db-{{ instance_id }}"}
+    - {name: owner_password, value: "{{ password(20) }}", secret: true}
+    steps:
+    - name: database
+      target: pg
+      templates:
+      - {kind: Database, name: "{{ registry.database }}", at: "{{ targets.pg.host }}",
+         port: "{{ targets.pg.port }}"}
+      - {kind: Owner, password: "{{ registry.owner_password }}"}
+    - {name: pause, delay: 1s}
+    - name: backups
+      target: pg
+      when: parameters.backups
+      templates: [{kind: Backup, of: "{{ registry.database }}"}]
   binding:
     registry:
     - {name: password, value: "{{ password(16) }}", secret: true}
+    steps:
+    - name: login
+      target: pg
+      templates: [{kind: Login, password: "pw={{ registry.password }}"}]
     credentials: {type: postgresql, database: "{{ registry('database') }}",
                   password: "{{ registry('password') }}"}
 "#;
@@ -253,8 +419,8 @@ blueprints:
         );
         assert_eq!(
             masked.matches(MASK).count(),
-            2,
-            "registry and credentials: {masked}"
+            5,
+            "instance registry 1, binding registry 2, login resource 1, credentials 1: {masked}"
         );
         let shown = render_with(&["--binding", "--show-secrets", "--seed", "1"]).unwrap();
         assert!(!shown.contains(MASK), "{shown}");
@@ -265,6 +431,89 @@ blueprints:
         assert_ne!(
             shown,
             render_with(&["--binding", "--show-secrets", "--seed", "2"]).unwrap()
+        );
+    }
+
+    #[test]
+    fn prints_each_target_steps_resources_in_order_with_secrets_masked() {
+        let out = render_with(&["--seed", "3"]).unwrap();
+        let documents: Vec<&str> = out.split("\n---\n").collect();
+        assert_eq!(documents.len(), 2, "{out}");
+        assert!(
+            documents[0].starts_with(
+                "# provision step database, target pg, template 1 of 2\nkind: Database\n\
+                 name: db-render-instance\nat: <host of pg>\nport: 6432"
+            ),
+            "{out}"
+        );
+        assert_eq!(
+            documents[1],
+            format!(
+                "# provision step database, target pg, template 2 of 2\nkind: Owner\npassword: \"{MASK}\""
+            )
+        );
+        let shown = render_with(&["--seed", "3", "--show-secrets", "--show-registry"]).unwrap();
+        let password = shown
+            .lines()
+            .find_map(|l| l.strip_prefix("owner_password: "))
+            .unwrap();
+        assert!(
+            shown.ends_with(&format!("kind: Owner\npassword: {password}")),
+            "{shown}"
+        );
+        let with_backups = render_with(&["--params", r#"{"backups": true}"#]).unwrap();
+        assert!(
+            with_backups.ends_with(
+                "# provision step backups, target pg, template 1 of 1\nkind: Backup\nof: db-render-instance"
+            ),
+            "{with_backups}"
+        );
+        let bind = render_with(&["--binding"]).unwrap();
+        assert!(
+            bind.starts_with(&format!(
+                "# bind step login, target pg, template 1 of 1\nkind: Login\npassword: pw={MASK}\n---\n# credentials"
+            )),
+            "{bind}"
+        );
+    }
+
+    #[test]
+    fn target_facts_come_from_the_config_then_the_admin_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("url");
+        std::fs::write(&file, "postgres://admin:s3cret@db.internal:5433/postgres\n").unwrap();
+        let url_file = Some(file.display().to_string());
+        let target = |kind, host: Option<&str>, url_file: &Option<String>| TargetConfig {
+            kind,
+            url_env: None,
+            url_file: url_file.clone(),
+            host: host.map(str::to_owned),
+            port: None,
+            timeout: None,
+        };
+        let targets = [
+            (
+                "a".to_owned(),
+                target(TargetKind::Postgres, None, &url_file),
+            ),
+            (
+                "b".to_owned(),
+                target(TargetKind::Redis, Some("cache"), &None),
+            ),
+            (
+                "c".to_owned(),
+                target(TargetKind::Mysql, Some("my"), &url_file),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            target_facts(&targets),
+            json!({
+                "a": {"kind": "postgres", "host": "db.internal", "port": 5433},
+                "b": {"kind": "redis", "host": "cache", "port": null},
+                "c": {"kind": "mysql", "host": "my", "port": 5433},
+            })
         );
     }
 

@@ -158,6 +158,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
         auth,
         admin_auth,
     ));
+    crate::reload::spawn(args.config.clone(), broker.clone(), |c| {
+        check_step_kinds(c, STEP_KINDS)
+    })?;
     axum::serve(listener, brokkr_broker::router(broker))
         .with_graceful_shutdown(shutdown_signal())
         .await
