@@ -115,6 +115,25 @@ pub fn facts(target: &TargetConfig, url: &AdminUrl) -> Value {
     })
 }
 
+/// What bindings are told about a target when its admin URL may not be at hand (`brokkr
+/// render` on a workstation): from the URL when it can be read, else the configured host and
+/// port, else the placeholder host `NAME.invalid` and the kind's usual port.
+pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
+    if let Ok(url) = AdminUrl::resolve(name, target) {
+        return facts(target, &url);
+    }
+    let port = match target.kind {
+        TargetKind::Postgres => 5432,
+        TargetKind::Mysql => 3306,
+        TargetKind::Redis => 6379,
+    };
+    json!({
+        "kind": target.kind.as_str(),
+        "host": target.host.clone().unwrap_or_else(|| format!("{name}.invalid")),
+        "port": target.port.unwrap_or(port),
+    })
+}
+
 /// Parses a resource into `T`, naming the target and the resource's kind on failure.
 fn parse<T: serde::de::DeserializeOwned>(target: &str, resource: &Value) -> Result<T, TargetError> {
     serde_json::from_value(resource.clone()).map_err(|e| {

@@ -113,37 +113,17 @@ fn document(comment: &str, value: &Value) -> Result<String> {
     Ok(format!("# {comment}\n{}", yaml.trim_end()))
 }
 
-/// What templates are told about each target (`targets.NAME.kind/host/port`): the configured
-/// host and port, else those of the admin URL when its variable or file can be read, else a
-/// placeholder host and a null port. The URL itself is never shown.
+/// What templates are told about each target (`targets.NAME.kind/host/port`), as the broker
+/// would tell them, with a placeholder host (`NAME.invalid`) when the admin URL cannot be read.
+/// The URL itself is never shown.
 fn target_facts(targets: &std::collections::BTreeMap<String, TargetConfig>) -> Value {
     let facts = targets
         .iter()
         .map(|(name, target)| {
-            let url = target
-                .url_env
-                .as_ref()
-                .and_then(|var| std::env::var(var).ok())
-                .or_else(|| {
-                    let file = target.url_file.as_ref()?;
-                    std::fs::read_to_string(file).ok()
-                })
-                .and_then(|text| reqwest::Url::parse(text.trim()).ok());
-            let host = target
-                .host
-                .clone()
-                .or_else(|| url.as_ref()?.host_str().map(str::to_owned))
-                .unwrap_or_else(|| format!("<host of {name}>"));
-            let default_port = match target.kind {
-                TargetKind::Postgres => 5432,
-                TargetKind::Mysql => 3306,
-                TargetKind::Redis => 6379,
-            };
-            let port = target
-                .port
-                .or_else(|| url.as_ref().map(|u| u.port().unwrap_or(default_port)));
-            let fact = json!({"kind": target.kind.as_str(), "host": host, "port": port});
-            (name.clone(), fact)
+            (
+                name.clone(),
+                brokkr_targets::facts_or_placeholder(name, target),
+            )
         })
         .collect();
     Value::Object(facts)
@@ -340,11 +320,15 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         )?);
         let credentials =
             evaluator.credentials(&binding_blueprint.credentials, &instance, &binding)?;
-        let shown = masked(
+        let mut shown = masked(
             &credentials,
             |k| SECRET_ENTRIES.contains(&k),
             args.show_secrets,
         );
+        if !args.show_secrets {
+            // Secrets also hide inside other entries, such as `uri`.
+            mask_values(&mut shown, &secret_values(&registry, &secrets));
+        }
         documents.push(document(
             &format!("credentials of binding {}", args.binding_id),
             &shown,
@@ -412,6 +396,39 @@ blueprints:
     }
 
     #[test]
+    fn every_catalog_in_the_repository_renders_without_showing_a_password() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../catalogs");
+        for dir in std::fs::read_dir(root).unwrap() {
+            let dir = dir.unwrap().path();
+            let config = brokkr_blueprint::load::load_path(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            for entry in config.plans() {
+                let (service, plan) = (&entry.service.name, &entry.plan.name);
+                let mut argv = vec!["render", "--service", service, "--plan", plan];
+                argv.extend(["--binding", "--seed", "7"]);
+                if service == "user-provided" {
+                    argv.extend([
+                        "--params",
+                        r#"{"credentials": {"type": "t", "password": "pw"}}"#,
+                    ]);
+                }
+                let shown = render(&Cli::parse_from(argv.clone()).args, &config).unwrap();
+                argv.push("--show-secrets");
+                let secrets = render(&Cli::parse_from(argv).args, &config).unwrap();
+                let password = secrets
+                    .lines()
+                    .find_map(|l| l.strip_prefix("password: "))
+                    .unwrap_or_else(|| panic!("{service}/{plan}: no password in {secrets}"))
+                    .trim_matches('"');
+                assert!(
+                    !shown.contains(password),
+                    "{service}/{plan} shows its password: {shown}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn masks_secrets_unless_asked_and_seeds_reproduce() {
         let masked = render_with(&["--binding", "--show-registry", "--seed", "1"]).unwrap();
         assert!(
@@ -442,7 +459,7 @@ blueprints:
         assert!(
             documents[0].starts_with(
                 "# provision step database, target pg, template 1 of 2\nkind: Database\n\
-                 name: db-render-instance\nat: <host of pg>\nport: 6432"
+                 name: db-render-instance\nat: pg.invalid\nport: 6432"
             ),
             "{out}"
         );
@@ -511,7 +528,7 @@ blueprints:
             target_facts(&targets),
             json!({
                 "a": {"kind": "postgres", "host": "db.internal", "port": 5433},
-                "b": {"kind": "redis", "host": "cache", "port": null},
+                "b": {"kind": "redis", "host": "cache", "port": 6379},
                 "c": {"kind": "mysql", "host": "my", "port": 5433},
             })
         );
