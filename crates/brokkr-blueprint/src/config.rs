@@ -261,6 +261,10 @@ pub struct Step {
     /// Once loaded, every entry is the tree itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub templates: Vec<Value>,
+    /// Registry keys the step adds when it finishes (a `run` step kind's results, such as values
+    /// an `http` call extracts), for later steps and the credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
     /// A failure of this step never fails the operation; it is recorded as skipped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,

@@ -656,15 +656,18 @@ impl Validator {
             renderer,
             &[],
         );
+        // A binding's registry starts from everything the instance's holds once provisioned.
+        let mut provisioned = instance_keys.clone();
+        provisioned.extend(step_outputs(&blueprint.instance.steps));
         let binding_keys = match &blueprint.binding {
             Some(binding) => self.check_registry(
                 file,
                 &format!("{at}.binding.registry"),
                 &binding.registry,
                 renderer,
-                &instance_keys,
+                &provisioned,
             ),
-            None => instance_keys.clone(),
+            None => provisioned.clone(),
         };
         self.check_steps(
             file,
@@ -707,13 +710,9 @@ impl Validator {
                 if let Err(e) = renderer.check(&binding.credentials) {
                     self.template_error(file, &field, &binding.credentials, &e);
                 }
-                self.check_reads(
-                    file,
-                    &field,
-                    &binding.credentials,
-                    &binding_keys,
-                    NONE_LATER,
-                );
+                let mut bound = binding_keys.clone();
+                bound.extend(step_outputs(&binding.steps));
+                self.check_reads(file, &field, &binding.credentials, &bound, NONE_LATER);
                 for (suffix, message) in check::credentials_literals(&binding.credentials) {
                     self.error_at(file, &field, &format!("{field}{suffix}"), message);
                 }
@@ -732,20 +731,29 @@ impl Validator {
         keys: &[String],
         later: (&[String], &str),
     ) {
+        // Each step sees the registry and what the steps before it produced.
+        let mut keys = keys.to_vec();
         for (i, step) in steps.iter().enumerate() {
             for (j, tree) in step.templates.iter().enumerate() {
                 self.check_reads(
                     file,
                     &format!("{at}[{i}].templates[{j}]"),
                     tree,
-                    keys,
+                    &keys,
                     later,
                 );
             }
             if let Some(when) = &step.when {
                 let tree = Value::String(format!("{{{{ {when} }}}}"));
-                self.check_reads(file, &format!("{at}[{i}].when"), &tree, keys, later);
+                self.check_reads(file, &format!("{at}[{i}].when"), &tree, &keys, later);
             }
+            for (j, name) in step.outputs.iter().enumerate() {
+                if !is_registry_key(name) {
+                    let field = format!("{at}[{i}].outputs[{j}]");
+                    self.error(file, field, "must match [A-Za-z_][A-Za-z0-9_]*");
+                }
+            }
+            keys.extend(step.outputs.iter().cloned());
         }
     }
 
@@ -762,16 +770,7 @@ impl Validator {
         let all: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
         for (i, entry) in entries.iter().enumerate() {
             let at = format!("{at}[{i}]");
-            let valid = entry
-                .name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && entry
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
+            if !is_registry_key(&entry.name) {
                 self.error(
                     file,
                     format!("{at}.name"),
@@ -861,6 +860,19 @@ impl Validator {
             }
         }
     }
+}
+
+/// Whether `name` is a registry key: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_registry_key(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The registry keys `steps` produce.
+fn step_outputs(steps: &[Step]) -> impl Iterator<Item = String> + '_ {
+    steps.iter().flat_map(|s| s.outputs.iter().cloned())
 }
 
 /// Names defined at the top level of a configuration, for steps to refer to.

@@ -55,7 +55,8 @@ impl Default for EngineOptions {
 
 /// What the runner does after a step.
 enum Outcome {
-    Done,
+    /// Finished, perhaps with values for the registry.
+    Done(Option<Map<String, Value>>),
     /// Run again after the wait; the reason, if any, is shown to the user.
     RetryAfter(Duration, Option<String>),
     Fail(String),
@@ -266,15 +267,20 @@ impl Engine {
             self.event(&op.id, "resumed", None, None).await;
         }
         inner.metrics.running.inc();
-        let result = self.drive_steps(&resource, &mut op).await;
+        let mut resource = resource;
+        let result = self.drive_steps(&mut resource, &mut op).await;
         inner.metrics.running.dec();
         result
     }
 
-    async fn drive_steps(&self, resource: &Resource, op: &mut Operation) -> Result<(), StoreError> {
+    async fn drive_steps(
+        &self,
+        resource: &mut Resource,
+        op: &mut Operation,
+    ) -> Result<(), StoreError> {
         let inner = &self.inner;
         let owner = inner.owner.as_str();
-        let key = &resource.key;
+        let key = &resource.key.clone();
         loop {
             let now = now_ms();
             if inner.shutdown.is_cancelled() {
@@ -344,8 +350,27 @@ impl Engine {
                         step.name
                     ));
                 }
-                Outcome::Done => {
+                Outcome::Done(produced) => {
                     info!(step = %step.name, kind = op.kind.as_str(), "step finished");
+                    if let Some(values) = produced {
+                        if !resource.outputs.is_object() {
+                            resource.outputs = Value::Object(Map::new());
+                        }
+                        let registry = &mut resource.outputs["registry"];
+                        if !registry.is_object() {
+                            *registry = Value::Object(Map::new());
+                        }
+                        if let Value::Object(registry) = registry {
+                            registry.extend(values);
+                        }
+                        let saved = inner
+                            .store
+                            .save_outputs(key, &op.id, owner, &resource.outputs)
+                            .await?;
+                        if !saved {
+                            return Ok(()); // superseded or taken over
+                        }
+                    }
                     let took = format!("{} ms", now - started);
                     let seconds = Duration::from_millis(u64::try_from(now - started).unwrap_or(0));
                     inner
@@ -457,7 +482,7 @@ impl Engine {
             let elapsed = u64::try_from(now - started).unwrap_or(0);
             let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
             return Ok(if remaining.is_zero() {
-                Outcome::Done
+                Outcome::Done(None)
             } else {
                 Outcome::RetryAfter(remaining, None)
             });
@@ -486,7 +511,22 @@ impl Engine {
             futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await
         };
         Ok(match result {
-            Ok(StepOutcome::Done) => Outcome::Done,
+            Ok(StepOutcome::Done) => Outcome::Done(None),
+            Ok(StepOutcome::Produced(values)) => {
+                let undeclared: Vec<&str> = values
+                    .keys()
+                    .filter(|k| !step.outputs.contains(k))
+                    .map(String::as_str)
+                    .collect();
+                if undeclared.is_empty() {
+                    Outcome::Done(Some(values))
+                } else {
+                    Outcome::Fail(format!(
+                        "produced registry values the step does not declare in `outputs`: {}",
+                        undeclared.join(", ")
+                    ))
+                }
+            }
             Ok(StepOutcome::RetryAfter { after, reason }) => {
                 Outcome::RetryAfter(after, Some(reason))
             }

@@ -37,6 +37,10 @@ use crate::model::{OpKind, Resource};
 pub enum StepOutcome {
     /// Finished; go on with the next step.
     Done,
+    /// Finished, with values to add to the resource's registry: later steps and the
+    /// credentials see them as `registry('name')`, and they are kept (encrypted) with the
+    /// resource.
+    Produced(serde_json::Map<String, Value>),
     /// Not yet; run again after `after`. `reason` is shown in the operation's description.
     RetryAfter {
         /// How long to wait.

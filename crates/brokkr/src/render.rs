@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use brokkr_blueprint::evaluate::{Evaluator, Subject};
 use brokkr_blueprint::schema::ParameterSchema;
 use brokkr_blueprint::template::Renderer;
-use brokkr_blueprint::{Config, Phase, RegistryEntry, Step, TargetConfig, TargetKind};
+use brokkr_blueprint::{Config, Phase, RegistryEntry, Step, TargetConfig};
 use clap::Args;
 use serde_json::{Map, Value, json};
 
@@ -340,6 +340,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use brokkr_blueprint::TargetKind;
     use clap::Parser;
 
     const CONFIG: &str = r#"

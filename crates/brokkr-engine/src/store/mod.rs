@@ -110,6 +110,16 @@ pub trait Store: Send + Sync {
         owner: &str,
     ) -> Result<bool, StoreError>;
 
+    /// Replaces the outputs (registry values and credentials) of a resource whose operation
+    /// `op_id` is held by `owner`. Returns false when the operation is no longer this owner's.
+    async fn save_outputs(
+        &self,
+        key: &Key,
+        op_id: &str,
+        owner: &str,
+        outputs: &serde_json::Value,
+    ) -> Result<bool, StoreError>;
+
     /// Ends an operation held by `owner`. A deprovision that ends in `Deleted` also turns the
     /// instance's bindings into tombstones.
     async fn finish(

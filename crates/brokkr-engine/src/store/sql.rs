@@ -442,6 +442,28 @@ impl Store for SqlStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn save_outputs(
+        &self,
+        key: &Key,
+        op_id: &str,
+        owner: &str,
+        outputs: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE brokkr_resources SET outputs = $1 \
+             WHERE instance_id = $2 AND binding_id = $3 AND op_id = $4 \
+             AND op_state = 'in progress' AND lease_owner = $5",
+        )
+        .bind(self.seal(key, "outputs", outputs))
+        .bind(&key.instance_id)
+        .bind(binding_col(key))
+        .bind(op_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn finish(
         &self,
         key: &Key,
