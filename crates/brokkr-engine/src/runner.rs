@@ -16,7 +16,7 @@ use std::time::Duration;
 use brokkr_blueprint::evaluate::{EvaluationError, Evaluator, Subject};
 use brokkr_blueprint::template::Renderer;
 use brokkr_blueprint::{RegistryEntry, Step};
-use brokkr_targets::{Readiness, TargetError, Targets};
+use brokkr_targets::{Readiness, Scope, TargetError, Targets};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -488,7 +488,15 @@ impl Engine {
             });
         }
         let result = if let Some(target) = &step.target {
-            let run = self.target_step(op.kind, step, target, &context, now - started);
+            let scope = Scope {
+                instance_id: &r.key.instance_id,
+                binding_id: r.key.binding_id.as_deref(),
+                service_id: &r.service_id,
+                plan_id: context["plan_id"].as_str().unwrap_or(&r.plan_id),
+                step: &step.name,
+                context: &context["instance"]["context"],
+            };
+            let run = self.target_step(op.kind, step, target, &context, &scope, now - started);
             futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await
         } else {
             let Some(name) = &step.run else {
@@ -544,6 +552,7 @@ impl Engine {
         step: &Step,
         name: &str,
         context: &Value,
+        scope: &Scope<'_>,
         elapsed_ms: i64,
     ) -> StepOutcome {
         let Some(target) = self.inner.targets.get(name) else {
@@ -560,19 +569,24 @@ impl Engine {
         };
         if non_blocking(kind) {
             for resource in resources.iter().rev() {
-                if let Err(e) = target.delete(resource).await {
+                if let Err(e) = target.delete(resource, scope).await {
                     return failed(e);
                 }
             }
             return StepOutcome::Done;
         }
         for resource in &resources {
-            if let Err(e) = target.apply(resource).await {
+            if let Err(e) = target.apply(resource, scope).await {
                 return failed(e);
             }
         }
+        if kind == OpKind::Update
+            && let Err(e) = target.prune(&resources, scope).await
+        {
+            return failed(e);
+        }
         for resource in &resources {
-            match target.ready(resource).await {
+            match target.ready(resource, scope).await {
                 Ok(Readiness::Ready) => {}
                 Ok(Readiness::Waiting(reason)) => return StepOutcome::retry(wait, reason),
                 Err(e) => return failed(e),

@@ -50,15 +50,39 @@ pub enum Readiness {
     Waiting(String),
 }
 
+/// Whom a target call is for: the instance (and binding) and the step whose resources it
+/// handles. Targets that label or group what they create (Kubernetes) use it; others may not.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// The instance id.
+    pub instance_id: &'a str,
+    /// The binding id, for a binding's steps.
+    pub binding_id: Option<&'a str>,
+    /// The service offering id.
+    pub service_id: &'a str,
+    /// The plan id (the new one, during an update).
+    pub plan_id: &'a str,
+    /// The step's name.
+    pub step: &'a str,
+    /// The OSB `context` of the instance (`namespace`, `platform`, …).
+    pub context: &'a Value,
+}
+
 /// A place where resources are created.
 #[async_trait]
 pub trait Target: Send + Sync {
     /// Creates `resource`, or brings an existing one in line with it.
-    async fn apply(&self, resource: &Value) -> Result<(), TargetError>;
+    async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError>;
     /// Removes `resource` and what depends on it; succeeds when it is already gone.
-    async fn delete(&self, resource: &Value) -> Result<(), TargetError>;
+    async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError>;
     /// Whether `resource` is usable now (for example: its user can log in and run a query).
-    async fn ready(&self, resource: &Value) -> Result<Readiness, TargetError>;
+    async fn ready(&self, resource: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError>;
+    /// After an update applied `kept`, removes what the step created before and no longer
+    /// renders. Targets whose resources cannot go stale need not.
+    async fn prune(&self, kept: &[Value], scope: &Scope<'_>) -> Result<(), TargetError> {
+        let _ = (kept, scope);
+        Ok(())
+    }
     /// Checks a rendered resource's shape without contacting the server.
     fn validate(&self, resource: &Value) -> Result<(), TargetError>;
 }

@@ -32,7 +32,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{AssertSqlSafe, Connection, Executor};
 
 use crate::sql::{Access, classify};
-use crate::{AdminUrl, Readiness, Target, TargetError, check_name, check_secret, parse};
+use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
 /// MySQL's database name limit.
 const MAX_DATABASE: usize = 64;
@@ -182,7 +182,7 @@ impl Mysql {
 
 #[async_trait]
 impl Target for Mysql {
-    async fn apply(&self, resource: &Value) -> Result<(), TargetError> {
+    async fn apply(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
         let resource = self.resource(resource)?;
         let mut conn = self.admin().await.map_err(|e| self.err(&e))?;
         let admin = &mut conn;
@@ -207,7 +207,7 @@ impl Target for Mysql {
         result.map_err(|e| self.err(&e))
     }
 
-    async fn delete(&self, resource: &Value) -> Result<(), TargetError> {
+    async fn delete(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
         let resource = self.resource(resource)?;
         let mut conn = self.admin().await.map_err(|e| self.err(&e))?;
         let result = match resource {
@@ -217,7 +217,7 @@ impl Target for Mysql {
         result.map_err(|e| self.err(&e))
     }
 
-    async fn ready(&self, resource: &Value) -> Result<Readiness, TargetError> {
+    async fn ready(&self, resource: &Value, _: &Scope<'_>) -> Result<Readiness, TargetError> {
         let (database, login) = match self.resource(resource)? {
             Resource::Database { name } => (name, None),
             Resource::User {

@@ -37,7 +37,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{AssertSqlSafe, Connection, PgExecutor};
 
 use crate::sql::{Access, classify, has_code};
-use crate::{AdminUrl, Readiness, Target, TargetError, check_name, check_secret, parse};
+use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
 const MAX_NAME: usize = 63;
@@ -313,7 +313,7 @@ impl Postgres {
 
 #[async_trait]
 impl Target for Postgres {
-    async fn apply(&self, resource: &Value) -> Result<(), TargetError> {
+    async fn apply(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
         match self.resource(resource)? {
             Resource::Database {
                 name,
@@ -333,7 +333,7 @@ impl Target for Postgres {
         }
     }
 
-    async fn delete(&self, resource: &Value) -> Result<(), TargetError> {
+    async fn delete(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
         let result = match self.resource(resource)? {
             Resource::Database { name, owner, .. } => self.delete_database(&name, &owner).await,
             Resource::User { name, database, .. } => self.delete_user(&name, &database).await,
@@ -341,7 +341,7 @@ impl Target for Postgres {
         result.map_err(|e| self.err(&e))
     }
 
-    async fn ready(&self, resource: &Value) -> Result<Readiness, TargetError> {
+    async fn ready(&self, resource: &Value, _: &Scope<'_>) -> Result<Readiness, TargetError> {
         match self.resource(resource)? {
             Resource::Database { name, .. } => {
                 let probe = async {

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::{AdminUrl, Readiness, Target, TargetError, check_secret, parse};
+use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_secret, parse};
 
 /// Longest prefix or user name accepted.
 const MAX_NAME: usize = 128;
@@ -164,7 +164,7 @@ impl Redis {
 
 #[async_trait]
 impl Target for Redis {
-    async fn apply(&self, resource: &Value) -> Result<(), TargetError> {
+    async fn apply(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
         match self.resource(resource)? {
             // Keys come into being as the application writes them.
             Resource::Keyspace { .. } => Ok(()),
@@ -193,7 +193,7 @@ impl Target for Redis {
         }
     }
 
-    async fn delete(&self, resource: &Value) -> Result<(), TargetError> {
+    async fn delete(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
         match self.resource(resource)? {
             Resource::Keyspace { prefix } => {
                 self.with_admin(async |c| unlink_prefix(c, &prefix).await)
@@ -217,7 +217,7 @@ impl Target for Redis {
         }
     }
 
-    async fn ready(&self, resource: &Value) -> Result<Readiness, TargetError> {
+    async fn ready(&self, resource: &Value, _: &Scope<'_>) -> Result<Readiness, TargetError> {
         match self.resource(resource)? {
             Resource::Keyspace { .. } => self
                 .with_admin(async |c| redis::cmd("PING").query_async::<String>(c).await)

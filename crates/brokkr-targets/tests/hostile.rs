@@ -7,7 +7,7 @@ use std::time::Duration;
 use brokkr_targets::mysql::Mysql;
 use brokkr_targets::postgres::Postgres;
 use brokkr_targets::redis::Redis;
-use brokkr_targets::{AdminUrl, Readiness, Target, TargetError};
+use brokkr_targets::{AdminUrl, Readiness, Scope, Target, TargetError};
 use serde_json::json;
 use sqlx::{Connection, MySqlConnection, PgConnection};
 
@@ -35,6 +35,15 @@ fn tag() -> String {
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+const SCOPE: Scope<'static> = Scope {
+    instance_id: "i",
+    binding_id: None,
+    service_id: "s",
+    plan_id: "p",
+    step: "step",
+    context: &serde_json::Value::Null,
+};
+
 #[tokio::test]
 async fn postgres_stores_hostile_names_literally() {
     let target = Postgres::new("pg", &AdminUrl::parse("pg", &pg_url()).unwrap(), TIMEOUT).unwrap();
@@ -44,14 +53,20 @@ async fn postgres_stores_hostile_names_literally() {
     let user = format!("u\" ; SELECT 1; {t}");
     let database = json!({"kind": "Database", "name": db, "owner": owner});
     target
-        .apply(&database)
+        .apply(&database, &SCOPE)
         .await
         .expect("created with its literal name");
-    assert_eq!(target.ready(&database).await.unwrap(), Readiness::Ready);
+    assert_eq!(
+        target.ready(&database, &SCOPE).await.unwrap(),
+        Readiness::Ready
+    );
     let password = "p'w\"d\\; DROP ROLE brokkr; --";
     let login = json!({"kind": "User", "name": user, "password": password, "database": db});
-    target.apply(&login).await.unwrap();
-    assert_eq!(target.ready(&login).await.unwrap(), Readiness::Ready);
+    target.apply(&login, &SCOPE).await.unwrap();
+    assert_eq!(
+        target.ready(&login, &SCOPE).await.unwrap(),
+        Readiness::Ready
+    );
 
     let mut admin = PgConnection::connect(&pg_url()).await.unwrap();
     let names: Vec<String> = sqlx::query_scalar(
@@ -67,10 +82,10 @@ async fn postgres_stores_hostile_names_literally() {
         "both the literal database and brokkr_test exist: {names:?}"
     );
 
-    target.delete(&login).await.unwrap();
-    target.delete(&database).await.unwrap();
+    target.delete(&login, &SCOPE).await.unwrap();
+    target.delete(&database, &SCOPE).await.unwrap();
     target
-        .delete(&database)
+        .delete(&database, &SCOPE)
         .await
         .expect("deleting twice is fine");
     let left: i64 = sqlx::query_scalar(
@@ -91,7 +106,10 @@ async fn names_the_server_would_truncate_or_misread_are_refused() {
     let pg = Postgres::new("pg", &AdminUrl::parse("pg", &pg_url()).unwrap(), TIMEOUT).unwrap();
     let long = "d".repeat(64);
     let e = pg
-        .apply(&json!({"kind": "Database", "name": long, "owner": "o"}))
+        .apply(
+            &json!({"kind": "Database", "name": long, "owner": "o"}),
+            &SCOPE,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -137,13 +155,16 @@ async fn mysql_grants_name_exactly_one_database() {
     let password = "p'w\\d`; DROP DATABASE mysql; --";
     for name in [&db, &lookalike] {
         target
-            .apply(&json!({"kind": "Database", "name": name}))
+            .apply(&json!({"kind": "Database", "name": name}), &SCOPE)
             .await
             .unwrap();
     }
     let login = json!({"kind": "User", "name": user, "password": password, "database": db});
-    target.apply(&login).await.unwrap();
-    assert_eq!(target.ready(&login).await.unwrap(), Readiness::Ready);
+    target.apply(&login, &SCOPE).await.unwrap();
+    assert_eq!(
+        target.ready(&login, &SCOPE).await.unwrap(),
+        Readiness::Ready
+    );
 
     let mut options: sqlx::mysql::MySqlConnectOptions = mysql_url().parse().unwrap();
     options = options.username(&user).password(password).database(&db);
@@ -163,10 +184,10 @@ async fn mysql_grants_name_exactly_one_database() {
         "the grant on {db} does not reach {lookalike}"
     );
     conn.close().await.ok();
-    target.delete(&login).await.unwrap();
+    target.delete(&login, &SCOPE).await.unwrap();
     for name in [&db, &lookalike] {
         target
-            .delete(&json!({"kind": "Database", "name": name}))
+            .delete(&json!({"kind": "Database", "name": name}), &SCOPE)
             .await
             .unwrap();
     }
@@ -178,7 +199,10 @@ async fn an_unreachable_server_is_reported_as_unavailable_with_its_address() {
     let url = AdminUrl::parse("pg", "postgres://admin:s3cret@127.0.0.1:9/postgres").unwrap();
     let target = Postgres::new("pg", &url, Duration::from_millis(500)).unwrap();
     let e = target
-        .apply(&json!({"kind": "Database", "name": "a", "owner": "b"}))
+        .apply(
+            &json!({"kind": "Database", "name": "a", "owner": "b"}),
+            &SCOPE,
+        )
         .await
         .unwrap_err();
     assert!(matches!(&e, TargetError::Unavailable(_)), "{e}");
