@@ -4,6 +4,7 @@ mod bench;
 mod reload;
 mod render;
 mod secrets;
+mod seed;
 mod serve;
 
 use std::path::PathBuf;
@@ -58,6 +59,8 @@ enum StoreCommand {
         #[command(flatten)]
         keys: secrets::KeyArgs,
     },
+    /// Add many ready instances to the store, for scale benchmarks (see docs/benchmarks.md).
+    Seed(seed::SeedArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -108,6 +111,28 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Store(StoreCommand::Seed(args)) => {
+            let config = match serve::load_config(args.config()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = tokio::runtime::Runtime::new()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(seed::run(args, &config)));
+            match result {
+                Ok(n) => {
+                    println!("seeded {n} instances");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Check { config } => match serve::load_config(config.as_deref()) {
             Ok(c) => {
                 let plans: usize = c.catalog.services.iter().map(|s| s.plans.len()).sum();

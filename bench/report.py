@@ -1,0 +1,121 @@
+"""Summarises the runs of bench/run: brokkr's ratios to each baseline, as a table and as JSON.
+
+Each scenario ran ROUNDS times per target, alternating brokkr and the baseline; a target's figure
+is the median over its rounds. Throughput is requests per second (lifecycles per second for the
+lifecycle scenario); a throughput ratio above 1 favours brokkr, a p99 ratio below 1 does too.
+"""
+
+import argparse
+import json
+import statistics
+from datetime import datetime, timezone
+
+
+def rate(run):
+    return run["lifecycles_per_second"] if run["scenario"] == "lifecycle" else run["requests_per_second"]
+
+
+def summary(runs):
+    return {
+        "rounds": len(runs),
+        "throughput": statistics.median(rate(r) for r in runs),
+        "p50_ms": statistics.median(r["latency_ms"]["p50"] for r in runs),
+        "p99_ms": statistics.median(r["latency_ms"]["p99"] for r in runs),
+        "errors": sum(r["errors"] for r in runs),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for name in ("mode", "runs", "memory", "machine", "command", "commit", "out"):
+        ap.add_argument("--" + name, required=True)
+    a = ap.parse_args()
+    runs = [json.loads(line) for line in open(a.runs, encoding="utf-8") if line.strip()]
+    by = {}
+    for r in runs:
+        by.setdefault((r["run"]["scenario"], r["target"]), []).append(r["run"])
+    first = runs[0]["run"]
+    results = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": a.command,
+        "commit": a.commit,
+        "machine": json.loads(a.machine),
+        "concurrency": first["concurrency"],
+        "seconds_per_run": round(first["seconds"], 1),
+        "memory": json.loads(a.memory),
+        "summaries": {f"{s}/{t}": summary(rs) for (s, t), rs in by.items()},
+        "comparisons": [],
+        "targets": [],
+        "runs": runs,
+    }
+
+    def compare(scenario, base, ref, label):
+        if (scenario, base) not in by or (scenario, ref) not in by:
+            return None
+        b, r = summary(by[(scenario, base)]), summary(by[(scenario, ref)])
+        c = {
+            "scenario": scenario,
+            "brokkr": base,
+            "baseline": ref,
+            "label": label,
+            "throughput_ratio": b["throughput"] / r["throughput"] if r["throughput"] else None,
+            "p50_ratio": b["p50_ms"] / r["p50_ms"] if r["p50_ms"] else None,
+            "p99_ratio": b["p99_ms"] / r["p99_ms"] if r["p99_ms"] else None,
+            "brokkr_summary": b,
+            "baseline_summary": r,
+        }
+        results["comparisons"].append(c)
+        return c
+
+    def target(name, value, limit, higher_is_better):
+        if value is None:
+            return
+        met = value >= limit if higher_is_better else value <= limit
+        results["targets"].append({"target": name, "value": round(value, 3), "limit": limit, "met": met})
+
+    if a.mode == "baselines":
+        cat_o = compare("catalog", "brokkr", "openbrokerapi", "catalog vs openbrokerapi")
+        cat_s = compare("catalog", "brokkr", "static", "catalog vs static handler")
+        compare("poll", "brokkr", "openbrokerapi", "poll vs openbrokerapi")
+        life = compare("lifecycle", "brokkr", "openbrokerapi", "lifecycle vs openbrokerapi")
+        if cat_o:
+            target("catalog throughput ≥ 20× openbrokerapi", cat_o["throughput_ratio"], 20, True)
+        if cat_s:
+            target("catalog throughput ≥ 0.7× static handler", cat_s["throughput_ratio"], 0.7, True)
+        if life:
+            target("lifecycle throughput ≥ 10× openbrokerapi", life["throughput_ratio"], 10, True)
+    else:
+        large = next(t for (_, t) in by if t != "1k")
+        c = compare("poll", large, "1k", f"poll at {large} vs 1k instances")
+        if c:
+            target(f"poll p50 at {large} ≤ 1.2× at 1k", c["p50_ratio"], 1.2, False)
+            target(f"poll p99 at {large} ≤ 1.2× at 1k", c["p99_ratio"], 1.2, False)
+        mem = results["memory"]["large"]
+        target(f"brokkr RSS at {large} instances ≤ 64 MB", mem["rss_mb"], 64, False)
+        target(f"brokkr peak RSS (VmHWM) at {large} instances ≤ 64 MB", mem["hwm_mb"], 64, False)
+
+    print()
+    print(f"{'comparison':<34} {'brokkr':>12} {'baseline':>12} {'ratio':>7}   {'p99 brokkr':>10} {'p99 base':>9} {'ratio':>6}  errors")
+    for c in results["comparisons"]:
+        b, r = c["brokkr_summary"], c["baseline_summary"]
+        unit = "lc/s" if c["scenario"] == "lifecycle" else "req/s"
+        print(
+            f"{c['label']:<34} {b['throughput']:>7.0f} {unit:<4} {r['throughput']:>7.0f} {unit:<4}"
+            f" {c['throughput_ratio']:>6.2f}×   {b['p99_ms']:>7.2f} ms {r['p99_ms']:>6.2f} ms {c['p99_ratio']:>5.2f}×"
+            f"  {b['errors']}/{r['errors']}"
+        )
+    print()
+    for t in results["targets"]:
+        print(f"{'met   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']}")
+    print(f"memory: {json.dumps(results['memory'])}")
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+        f.write("\n")
+    print()
+    print(json.dumps({k: results[k] for k in ("command", "commit", "machine", "memory", "targets")}
+                     | {"comparisons": [{k: c[k] for k in ("label", "throughput_ratio", "p50_ratio", "p99_ratio")}
+                                         for c in results["comparisons"]]}, indent=1))
+    print(f"(full results in {a.out})")
+
+
+main()
