@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use brokkr_blueprint::RegistryEntry;
-use brokkr_blueprint::evaluate::{self, Subject};
+use brokkr_blueprint::evaluate::{Evaluator, Subject};
 use brokkr_blueprint::template::Renderer;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -97,6 +97,7 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    let evaluator = Evaluator::new(Renderer::with_seed(7), Value::Null);
     let entries = registry_entries();
     let attrs = json!({
         "parameters": {"port": 5432, "database": "orders"},
@@ -111,12 +112,17 @@ fn benches(c: &mut Criterion) {
     };
     c.bench_function("evaluate/registry 6 entries", |b| {
         b.iter(|| {
-            evaluate::registry(&renderer, black_box(&entries), &instance, None).expect("evaluates")
+            evaluator
+                .registry(black_box(&entries), &instance, None)
+                .expect("evaluates")
         })
     });
 
-    let registry =
-        Value::Object(evaluate::registry(&renderer, &entries, &instance, None).expect("evaluates"));
+    let registry = Value::Object(
+        evaluator
+            .registry(&entries, &instance, None)
+            .expect("evaluates"),
+    );
     let instance = Subject {
         registry: &registry,
         ..instance
@@ -140,7 +146,8 @@ fn benches(c: &mut Criterion) {
     });
     c.bench_function("evaluate/credentials", |b| {
         b.iter(|| {
-            evaluate::credentials(&renderer, black_box(&template), &instance, &binding)
+            evaluator
+                .credentials(black_box(&template), &instance, &binding)
                 .expect("evaluates")
         })
     });
