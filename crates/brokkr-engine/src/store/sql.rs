@@ -22,7 +22,11 @@ enum Dialect {
 
 /// A [`Store`] on SQLite or PostgreSQL.
 pub struct SqlStore {
+    /// Reads.
     pool: AnyPool,
+    /// Writes. On SQLite one connection, so writers queue in the process instead of sleeping
+    /// on the database lock; on PostgreSQL the same pool as reads.
+    writer: AnyPool,
     dialect: Dialect,
     keyring: Option<Keyring>,
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
@@ -149,9 +153,9 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(super::redact_url(url)));
         };
-        let options = match dialect {
-            Dialect::Sqlite => AnyPoolOptions::new()
-                .max_connections(8)
+        let sqlite = |connections| {
+            AnyPoolOptions::new()
+                .max_connections(connections)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         conn.execute(
@@ -161,16 +165,26 @@ impl SqlStore {
                         .await?;
                         Ok(())
                     })
-                }),
-            Dialect::Postgres => AnyPoolOptions::new().max_connections(16),
+                })
         };
         let lock = match dialect {
             Dialect::Sqlite => lock_database(&url)?,
             Dialect::Postgres => None,
         };
-        let pool = options.connect(&url).await?;
+        let (pool, writer) = match dialect {
+            Dialect::Sqlite => {
+                // The writer first: it creates the database file and switches it to WAL.
+                let writer = sqlite(1).connect(&url).await?;
+                (sqlite(8).connect(&url).await?, writer)
+            }
+            Dialect::Postgres => {
+                let pool = AnyPoolOptions::new().max_connections(16).connect(&url).await?;
+                (pool.clone(), pool)
+            }
+        };
         Ok(Self {
             pool,
+            writer,
             dialect,
             keyring,
             _lock: lock,
@@ -293,7 +307,7 @@ impl SqlStore {
 #[async_trait]
 impl Store for SqlStore {
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.writer.acquire().await?;
         if self.dialect == Dialect::Postgres {
             // Replicas starting together must not race on CREATE TABLE.
             conn.execute("SELECT pg_advisory_lock(72616) ").await?;
@@ -362,7 +376,7 @@ impl Store for SqlStore {
             let done = self
                 .bind_operation(query, &r.key, op)
                 .bind(op.finished_at)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await?;
             if done.rows_affected() > 0 {
                 return Ok(Created::Inserted);
@@ -411,7 +425,7 @@ impl Store for SqlStore {
             .bind(&key.instance_id)
             .bind(binding_col(key))
             .bind(expected_op)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -437,7 +451,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(&op.id)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -459,7 +473,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -484,7 +498,7 @@ impl Store for SqlStore {
             )
             .bind(now)
             .bind(&key.instance_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         }
         let state = if f.succeeded {
@@ -512,7 +526,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -541,7 +555,7 @@ impl Store for SqlStore {
             .bind(lease_until)
             .bind(crate::now_ms())
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.writer)
             .await?;
         rows.iter()
             .map(|row| {
@@ -564,7 +578,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -574,7 +588,7 @@ impl Store for SqlStore {
             "UPDATE brokkr_resources SET lease_owner = NULL, lease_until = 0 \
              WHERE lease_owner IS NOT NULL",
         )
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(done.rows_affected())
     }
@@ -584,7 +598,7 @@ impl Store for SqlStore {
             "DELETE FROM brokkr_resources WHERE status = 'deleted' AND deleted_at < $1",
         )
         .bind(before)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         // Bindings whose instance is gone (one created while its instance was deprovisioned).
         let orphans = sqlx::query(
@@ -592,14 +606,14 @@ impl Store for SqlStore {
              AND NOT EXISTS (SELECT 1 FROM brokkr_resources i \
                  WHERE i.instance_id = brokkr_resources.instance_id AND i.binding_id = '')",
         )
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         if done.rows_affected() + orphans.rows_affected() > 0 {
             sqlx::query(
                 "DELETE FROM brokkr_events WHERE NOT EXISTS (SELECT 1 FROM brokkr_resources r \
                  WHERE r.op_id = brokkr_events.op_id OR r.prev_op_id = brokkr_events.op_id)",
             )
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         }
         Ok(done.rows_affected() + orphans.rows_affected())
@@ -612,7 +626,7 @@ impl Store for SqlStore {
         )
         .bind(name)
         .bind(value)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
             .bind(name)
@@ -630,7 +644,7 @@ impl Store for SqlStore {
         .bind(&event.kind)
         .bind(event.step.clone())
         .bind(event.message.clone())
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -677,7 +691,7 @@ impl Store for SqlStore {
         let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(status.map_or("", Status::as_str))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.writer)
             .await?;
         rows.iter().map(|r| self.decode(r)).collect()
     }
@@ -724,15 +738,15 @@ impl Store for SqlStore {
             .bind(&stored[0])
             .bind(&stored[1])
             .bind(&stored[2])
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
             changed += done.rows_affected();
         }
         if self.dialect == Dialect::Sqlite && changed > 0 {
             // Rewrite the file so that no page keeps a value as it was before.
-            sqlx::query("VACUUM").execute(&self.pool).await?;
+            sqlx::query("VACUUM").execute(&self.writer).await?;
             sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await?;
         }
         Ok(changed)
