@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Checks a loaded configuration further, as at start (e.g. that its step kinds exist).
-pub type Check = fn(&Config) -> anyhow::Result<()>;
+pub type Check = Box<dyn Fn(&Config) -> anyhow::Result<()> + Send + Sync>;
 
 /// Starts reloading `broker`'s configuration from `path` (the built-in quickstart when `None`,
 /// which never changes) on SIGHUP and on file changes.
@@ -53,7 +53,7 @@ pub fn spawn(path: Option<PathBuf>, broker: Arc<Broker>, check: Check) -> anyhow
             while let Ok(Some(next)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
                 reason = reason.max(next);
             }
-            reload(path.as_deref(), &broker, check, reason);
+            reload(path.as_deref(), &broker, &check, reason);
         }
     });
     Ok(())
@@ -108,7 +108,7 @@ fn watch(
 }
 
 /// Loads, checks and, when valid, serves the configuration at `path`.
-fn reload(path: Option<&Path>, broker: &Broker, check: Check, reason: Reason) {
+fn reload(path: Option<&Path>, broker: &Broker, check: &Check, reason: Reason) {
     let why = match reason {
         Reason::Signal => "SIGHUP",
         Reason::FileChanged => "a configuration file changed",

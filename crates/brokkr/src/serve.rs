@@ -80,7 +80,7 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, ConfigErrors> {
     }
 }
 
-pub fn run(args: ServeArgs) -> ExitCode {
+pub fn run(args: ServeArgs, kinds: crate::StepKinds) -> ExitCode {
     init_logging(args.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -89,7 +89,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    match runtime.block_on(serve(args, kinds)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Configuration errors arrive already formatted, one `error:` line each.
@@ -116,9 +116,10 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(args: ServeArgs) -> Result<()> {
+async fn serve(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
     let config = load_config(args.config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    check_step_kinds(&config, STEP_KINDS)?;
+    let available = kinds.names();
+    check_step_kinds(&config, &available)?;
     let listen = match (args.listen, &config.broker.listen) {
         (Some(a), _) => a,
         (None, Some(a)) => a.parse().context("broker.listen")?,
@@ -146,6 +147,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     let targets = Targets::from_config(&config.targets).context("cannot set up the targets")?;
     let engine = Engine::with_targets(store, options, targets);
+    for (name, kind) in kinds.0 {
+        engine.register(&name, kind);
+    }
     engine.start().await.context("cannot start the engine")?;
 
     let listener = tokio::net::TcpListener::bind(listen)
@@ -158,9 +162,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         auth,
         admin_auth,
     ));
-    crate::reload::spawn(args.config.clone(), broker.clone(), |c| {
-        check_step_kinds(c, STEP_KINDS)
-    })?;
+    let check = Box::new(move |c: &Config| check_step_kinds(c, &available));
+    crate::reload::spawn(args.config.clone(), broker.clone(), check)?;
     axum::serve(listener, brokkr_broker::router(broker))
         .with_graceful_shutdown(shutdown_signal())
         .await
@@ -170,11 +173,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Step kinds (`run:`) compiled into this binary.
-const STEP_KINDS: &[&str] = &[];
-
 /// Refuses a configuration whose steps `run` a step kind this binary does not include.
-fn check_step_kinds(config: &Config, available: &[&str]) -> Result<()> {
+fn check_step_kinds(config: &Config, available: &[String]) -> Result<()> {
     for entry in config.plans() {
         let binding = entry.blueprint.binding.as_ref().map(|b| b.steps.as_slice());
         let steps = entry
@@ -184,7 +184,8 @@ fn check_step_kinds(config: &Config, available: &[&str]) -> Result<()> {
             .iter()
             .chain(binding.unwrap_or_default());
         for step in steps {
-            if let Some(name) = step.run.as_deref().filter(|n| !available.contains(n)) {
+            let missing = |n: &&str| !available.iter().any(|a| a == n);
+            if let Some(name) = step.run.as_deref().filter(missing) {
                 anyhow::bail!(
                     "plan {:?} of service {:?}: step {:?} runs {name:?}, which this brokkr \
                      binary does not include",

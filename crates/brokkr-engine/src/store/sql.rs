@@ -178,7 +178,10 @@ impl SqlStore {
                 (sqlite(8).connect(&url).await?, writer)
             }
             Dialect::Postgres => {
-                let pool = AnyPoolOptions::new().max_connections(16).connect(&url).await?;
+                let pool = AnyPoolOptions::new()
+                    .max_connections(16)
+                    .connect(&url)
+                    .await?;
                 (pool.clone(), pool)
             }
         };
