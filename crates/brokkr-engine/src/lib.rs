@@ -8,9 +8,11 @@
 //!
 //! - [`model`]: resources, operations and their states;
 //! - [`store`]: the [`Store`] trait and its SQL implementation for SQLite and PostgreSQL;
-//! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines.
+//! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines;
+//! - [`step`]: step kinds written in Rust; [`http`]: the built-in `http` step kind.
 
 pub mod crypto;
+pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod runner;
@@ -21,6 +23,9 @@ pub use brokkr_blueprint::evaluate::EvaluationError;
 pub use model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
 pub use runner::{Engine, EngineOptions};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};
+
+/// Step kinds every engine offers, besides those registered with [`Engine::register`].
+pub const BUILT_IN_STEP_KINDS: &[&str] = &[http::NAME];
 
 /// Milliseconds since the Unix epoch, the time unit of the store.
 pub fn now_ms() -> i64 {

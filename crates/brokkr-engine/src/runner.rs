@@ -116,7 +116,10 @@ impl Engine {
                 running: Mutex::new(HashSet::new()),
                 wake: Notify::new(),
                 metrics: EngineMetrics::default(),
-                steps: RwLock::new(HashMap::new()),
+                steps: RwLock::new(HashMap::from([(
+                    crate::http::NAME.to_owned(),
+                    Arc::new(crate::http::Http::default()) as Arc<dyn StepKind>,
+                )])),
                 targets,
             }),
         }
@@ -508,10 +511,14 @@ impl Engine {
                     "no step kind named {name:?} is compiled into this broker"
                 )));
             };
+            let with = match self.inner.evaluator.renderer.render(&step.with, &context) {
+                Ok(with) => with,
+                Err(e) => return Ok(Outcome::Fail(format!("with: {e}"))),
+            };
             let ctx = StepContext {
                 op_kind: op.kind,
                 step: &step.name,
-                with: &step.with,
+                with: &with,
                 resource: r,
                 template_context: &context,
                 started_at: started,

@@ -68,7 +68,7 @@ pub struct StepContext<'a> {
     pub op_kind: OpKind,
     /// The step's name in the blueprint.
     pub step: &'a str,
-    /// The step's `with:` arguments.
+    /// The step's `with:` arguments, rendered as a template tree.
     pub with: &'a Value,
     /// The instance or binding the operation acts on.
     pub resource: &'a Resource,

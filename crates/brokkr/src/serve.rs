@@ -118,7 +118,12 @@ fn init_logging(format: LogFormat) {
 
 async fn serve(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
     let config = load_config(args.config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let available = kinds.names();
+    let mut available = kinds.names();
+    available.extend(
+        brokkr_engine::BUILT_IN_STEP_KINDS
+            .iter()
+            .map(|k| (*k).to_owned()),
+    );
     check_step_kinds(&config, &available)?;
     let listen = match (args.listen, &config.broker.listen) {
         (Some(a), _) => a,
