@@ -43,8 +43,25 @@ blueprints:
     )
 }
 
-fn start(dir: &Path, port: u16) -> Child {
-    Command::new(BIN)
+/// A running broker, killed (like `kill -9`) when dropped, also when a test fails.
+struct Broker(Child);
+
+impl Broker {
+    fn kill(mut self) {
+        self.0.kill().expect("kill -9");
+        self.0.wait().expect("reap");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(dir: &Path, port: u16) -> Broker {
+    let child = Command::new(BIN)
         .args(["serve", "--poll-interval", "50ms", "--lease", "2s"])
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -61,7 +78,8 @@ fn start(dir: &Path, port: u16) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start brokkr-custom")
+        .expect("start brokkr-custom");
+    Broker(child)
 }
 
 async fn wait_healthy(client: &reqwest::Client, base: &str) {
@@ -150,7 +168,7 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
     let mut accepted: HashSet<String> = HashSet::new();
 
     for cycle in 0..KILLS {
-        let mut child = start(dir.path(), port);
+        let broker = start(dir.path(), port);
         wait_healthy(&client, &base).await;
         let pending: Vec<String> = ids
             .iter()
@@ -163,11 +181,10 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
             accepted.extend(newly);
             tokio::time::sleep(jitter(cycle + 1)).await;
         }
-        child.kill().expect("kill -9");
-        child.wait().expect("reap");
+        broker.kill();
     }
 
-    let mut child = start(dir.path(), port);
+    let broker = start(dir.path(), port);
     wait_healthy(&client, &base).await;
     let pending: Vec<String> = ids
         .iter()
@@ -198,8 +215,7 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    child.kill().ok();
-    child.wait().ok();
+    broker.kill();
     let failed: Vec<_> = states.iter().filter(|(_, s)| *s != "succeeded").collect();
     assert!(
         failed.is_empty(),
