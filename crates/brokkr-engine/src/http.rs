@@ -24,8 +24,16 @@
 //! logs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -33,6 +41,9 @@ use crate::step::{StepContext, StepKind, StepOutcome, async_trait};
 
 /// The name blueprints `run`.
 pub const NAME: &str = "http";
+
+/// Largest answer read, for values to extract.
+const MAX_ANSWER: usize = 1 << 20;
 
 /// The arguments of an `http` step, after rendering.
 #[derive(Debug, Deserialize)]
@@ -64,37 +75,49 @@ enum HeaderValue {
     FromEnv { from_env: String },
 }
 
-/// Calls external systems over HTTP(S).
+/// Calls external systems over HTTP, or HTTPS verified against the system's certificate
+/// authorities (rustls with ring).
 pub struct Http {
-    client: reqwest::Client,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Default for Http {
     fn default() -> Self {
-        // One crypto provider for the process (ring, as everywhere in brokkr); an error means
-        // one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("brokkr/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
-        Self { client }
+        let mut roots = rustls::RootCertStore::empty();
+        // Unreadable certificates are skipped; HTTPS to a server they would have vouched for
+        // then fails verification with a clear error.
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Self {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+        }
     }
 }
 
-/// The URL without query or credentials, for messages.
-fn shown(url: &reqwest::Url) -> String {
+/// The URL without credentials or query, for messages.
+fn shown(uri: &Uri) -> String {
+    let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
     format!(
-        "{}://{}{}",
-        url.scheme(),
-        url.host_str().unwrap_or_default(),
-        url.port().map(|p| format!(":{p}")).unwrap_or_default()
-    ) + url.path()
+        "{}://{}{port}{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.host().unwrap_or_default(),
+        uri.path()
+    )
 }
 
 /// How long a `Retry-After` header asks to wait (delta-seconds only), bounded to an hour.
-fn retry_after(response: &reqwest::Response) -> Option<Duration> {
-    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
+fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
+    let value = response.headers().get(header::RETRY_AFTER)?;
     let seconds: u64 = value.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(seconds.min(3600)))
 }
@@ -113,20 +136,21 @@ impl StepKind for Http {
             Ok(call) => call,
             Err(e) => return StepOutcome::Fail(format!("http: invalid `with`: {e}")),
         };
-        let Ok(url) = reqwest::Url::parse(&call.url) else {
-            return StepOutcome::Fail("http: `url` is not an absolute URL".into());
+        let uri: Uri = match call.url.parse() {
+            Ok(uri) => uri,
+            Err(_) => return StepOutcome::Fail("http: `url` is not a URL".into()),
         };
-        if !matches!(url.scheme(), "http" | "https") {
-            return StepOutcome::Fail("http: `url` must be http or https".into());
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return StepOutcome::Fail("http: `url` must be an absolute http or https URL".into());
         }
-        let Ok(method) = reqwest::Method::from_bytes(call.method.to_uppercase().as_bytes()) else {
+        let Ok(method) = Method::from_bytes(call.method.to_uppercase().as_bytes()) else {
             return StepOutcome::Fail(format!("http: unknown method {:?}", call.method));
         };
-        let target = format!("{method} {}", shown(&url));
-        let mut request = self
-            .client
-            .request(method, url)
-            .timeout(call.timeout.unwrap_or(Duration::from_secs(30)));
+        let target = format!("{method} {}", shown(&uri));
+        let mut request = Request::builder().method(method).uri(uri).header(
+            header::USER_AGENT,
+            concat!("brokkr/", env!("CARGO_PKG_VERSION")),
+        );
         for (name, value) in &call.headers {
             let value = match value {
                 HeaderValue::Text(text) => text.clone(),
@@ -141,21 +165,39 @@ impl StepKind for Http {
             };
             request = request.header(name.as_str(), value);
         }
-        if let Some(body) = &call.body {
-            request = request.json(body);
-        }
-        let response = match request.send().await {
-            Ok(r) => r,
-            Err(e) if e.is_builder() => {
-                return StepOutcome::Fail(format!("{target}: invalid request (check the headers)"));
+        let body = match &call.body {
+            Some(body) => {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+                Bytes::from(body.to_string())
             }
-            Err(e) => {
-                let why = if e.is_timeout() {
-                    "timed out"
-                } else {
-                    "could not connect"
-                };
+            None => Bytes::new(),
+        };
+        let Ok(request) = request.body(Full::new(body)) else {
+            // Never show the headers: they may hold secrets.
+            return StepOutcome::Fail(format!("{target}: invalid request (check the headers)"));
+        };
+        let timeout = call.timeout.unwrap_or(Duration::from_secs(30));
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|_| "could not connect")?;
+            let (parts, body) = response.into_parts();
+            let bytes = Limited::new(body, MAX_ANSWER)
+                .collect()
+                .await
+                .map_err(|_| "the answer could not be read")?
+                .to_bytes();
+            Ok::<_, &str>(Response::from_parts(parts, bytes))
+        };
+        let response = match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(why)) => {
                 return StepOutcome::retry(backoff(ctx.started_at), format!("{target}: {why}"));
+            }
+            Err(_) => {
+                return StepOutcome::retry(backoff(ctx.started_at), format!("{target}: timed out"));
             }
         };
         let status = response.status();
@@ -166,7 +208,7 @@ impl StepKind for Http {
         };
         if !expected {
             let reason = format!("{target} answered {status}");
-            if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
                 let wait = retry_after(&response).unwrap_or_else(|| backoff(ctx.started_at));
                 return StepOutcome::retry(wait, reason);
             }
@@ -175,9 +217,8 @@ impl StepKind for Http {
         if call.extract.is_empty() {
             return StepOutcome::Done;
         }
-        let answer: Value = match response.json().await {
-            Ok(v) => v,
-            Err(_) => return StepOutcome::Fail(format!("{target}: the answer is not JSON")),
+        let Ok(answer) = serde_json::from_slice::<Value>(response.body()) else {
+            return StepOutcome::Fail(format!("{target}: the answer is not JSON"));
         };
         let mut values = Map::new();
         for (name, pointer) in &call.extract {
