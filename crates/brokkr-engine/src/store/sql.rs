@@ -22,11 +22,7 @@ enum Dialect {
 
 /// A [`Store`] on SQLite or PostgreSQL.
 pub struct SqlStore {
-    /// Reads.
     pool: AnyPool,
-    /// Writes. On SQLite one connection, so writers queue in the process instead of sleeping
-    /// on the database lock; on PostgreSQL the same pool as reads.
-    writer: AnyPool,
     dialect: Dialect,
     keyring: Option<Keyring>,
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
@@ -153,9 +149,9 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(super::redact_url(url)));
         };
-        let sqlite = |connections| {
-            AnyPoolOptions::new()
-                .max_connections(connections)
+        let options = match dialect {
+            Dialect::Sqlite => AnyPoolOptions::new()
+                .max_connections(8)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         conn.execute(
@@ -165,29 +161,16 @@ impl SqlStore {
                         .await?;
                         Ok(())
                     })
-                })
+                }),
+            Dialect::Postgres => AnyPoolOptions::new().max_connections(16),
         };
         let lock = match dialect {
             Dialect::Sqlite => lock_database(&url)?,
             Dialect::Postgres => None,
         };
-        let (pool, writer) = match dialect {
-            Dialect::Sqlite => {
-                // The writer first: it creates the database file and switches it to WAL.
-                let writer = sqlite(1).connect(&url).await?;
-                (sqlite(8).connect(&url).await?, writer)
-            }
-            Dialect::Postgres => {
-                let pool = AnyPoolOptions::new()
-                    .max_connections(16)
-                    .connect(&url)
-                    .await?;
-                (pool.clone(), pool)
-            }
-        };
+        let pool = options.connect(&url).await?;
         Ok(Self {
             pool,
-            writer,
             dialect,
             keyring,
             _lock: lock,
@@ -310,7 +293,7 @@ impl SqlStore {
 #[async_trait]
 impl Store for SqlStore {
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut conn = self.writer.acquire().await?;
+        let mut conn = self.pool.acquire().await?;
         if self.dialect == Dialect::Postgres {
             // Replicas starting together must not race on CREATE TABLE.
             conn.execute("SELECT pg_advisory_lock(72616) ").await?;
@@ -379,7 +362,7 @@ impl Store for SqlStore {
             let done = self
                 .bind_operation(query, &r.key, op)
                 .bind(op.finished_at)
-                .execute(&self.writer)
+                .execute(&self.pool)
                 .await?;
             if done.rows_affected() > 0 {
                 return Ok(Created::Inserted);
@@ -428,7 +411,7 @@ impl Store for SqlStore {
             .bind(&key.instance_id)
             .bind(binding_col(key))
             .bind(expected_op)
-            .execute(&self.writer)
+            .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -454,7 +437,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(&op.id)
         .bind(owner)
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -476,7 +459,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -501,7 +484,7 @@ impl Store for SqlStore {
             )
             .bind(now)
             .bind(&key.instance_id)
-            .execute(&self.writer)
+            .execute(&self.pool)
             .await?;
         }
         let state = if f.succeeded {
@@ -529,7 +512,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -558,7 +541,7 @@ impl Store for SqlStore {
             .bind(lease_until)
             .bind(crate::now_ms())
             .bind(limit)
-            .fetch_all(&self.writer)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter()
             .map(|row| {
@@ -581,7 +564,7 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         Ok(())
     }
@@ -591,7 +574,7 @@ impl Store for SqlStore {
             "UPDATE brokkr_resources SET lease_owner = NULL, lease_until = 0 \
              WHERE lease_owner IS NOT NULL",
         )
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
     }
@@ -601,7 +584,7 @@ impl Store for SqlStore {
             "DELETE FROM brokkr_resources WHERE status = 'deleted' AND deleted_at < $1",
         )
         .bind(before)
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         // Bindings whose instance is gone (one created while its instance was deprovisioned).
         let orphans = sqlx::query(
@@ -609,14 +592,14 @@ impl Store for SqlStore {
              AND NOT EXISTS (SELECT 1 FROM brokkr_resources i \
                  WHERE i.instance_id = brokkr_resources.instance_id AND i.binding_id = '')",
         )
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         if done.rows_affected() + orphans.rows_affected() > 0 {
             sqlx::query(
                 "DELETE FROM brokkr_events WHERE NOT EXISTS (SELECT 1 FROM brokkr_resources r \
                  WHERE r.op_id = brokkr_events.op_id OR r.prev_op_id = brokkr_events.op_id)",
             )
-            .execute(&self.writer)
+            .execute(&self.pool)
             .await?;
         }
         Ok(done.rows_affected() + orphans.rows_affected())
@@ -629,7 +612,7 @@ impl Store for SqlStore {
         )
         .bind(name)
         .bind(value)
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
             .bind(name)
@@ -647,7 +630,7 @@ impl Store for SqlStore {
         .bind(&event.kind)
         .bind(event.step.clone())
         .bind(event.message.clone())
-        .execute(&self.writer)
+        .execute(&self.pool)
         .await?;
         Ok(())
     }
@@ -694,7 +677,7 @@ impl Store for SqlStore {
         let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(status.map_or("", Status::as_str))
             .bind(limit)
-            .fetch_all(&self.writer)
+            .fetch_all(&self.pool)
             .await?;
         rows.iter().map(|r| self.decode(r)).collect()
     }
@@ -741,15 +724,15 @@ impl Store for SqlStore {
             .bind(&stored[0])
             .bind(&stored[1])
             .bind(&stored[2])
-            .execute(&self.writer)
+            .execute(&self.pool)
             .await?;
             changed += done.rows_affected();
         }
         if self.dialect == Dialect::Sqlite && changed > 0 {
             // Rewrite the file so that no page keeps a value as it was before.
-            sqlx::query("VACUUM").execute(&self.writer).await?;
+            sqlx::query("VACUUM").execute(&self.pool).await?;
             sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&self.writer)
+                .execute(&self.pool)
                 .await?;
         }
         Ok(changed)
