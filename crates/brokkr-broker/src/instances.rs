@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use brokkr_blueprint::{Phase, PlanEntry};
+use brokkr_engine::runner::skipped_steps;
 use brokkr_engine::store::Created;
 use brokkr_engine::{EvaluationError, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status};
 use brokkr_osb::messages::{
@@ -588,15 +589,19 @@ async fn deprovision(
     let plan_id = query.required("plan_id")?;
     let key = Key::instance(&instance_id);
     for _ in 0..3 {
-        let Some(current) = broker
-            .engine
-            .store()
-            .get(&key)
-            .await?
-            .filter(|r| r.status != Status::Deleted)
-        else {
+        let Some(current) = broker.engine.store().get(&key).await? else {
             return Ok(json_response(StatusCode::GONE, &json!({})));
         };
+        // A deprovision that skipped steps may be repeated: it tries those steps again.
+        let finished = current.status == Status::Deleted && !current.op.in_progress();
+        let retry = if finished {
+            skipped_steps(&current)
+        } else {
+            Vec::new()
+        };
+        if finished && retry.is_empty() {
+            return Ok(json_response(StatusCode::GONE, &json!({})));
+        }
         if service_id != current.service_id || plan_id != current.plan_id {
             return Err(ApiError::bad_request(format!(
                 "instance {instance_id} has service_id {:?} and plan_id {:?}",
@@ -626,9 +631,12 @@ async fn deprovision(
         }
         let config = broker.config();
         let entry = config.plan(&current.service_id, &current.plan_id);
-        let steps = entry
-            .map(|e| e.instance_steps(Phase::Deprovision))
-            .unwrap_or_default();
+        let steps = match retry.is_empty() {
+            true => entry
+                .map(|e| e.instance_steps(Phase::Deprovision))
+                .unwrap_or_default(),
+            false => retry,
+        };
         if !steps.is_empty() && !accepts_incomplete {
             return Err(ApiError::async_required());
         }
@@ -642,10 +650,14 @@ async fn deprovision(
             },
             json!({}),
         );
+        let status = match current.status {
+            Status::Deleted => NewStatus::Set(Status::Deleted),
+            _ => NewStatus::HaltCreation,
+        };
         if broker
             .engine
             .store()
-            .start(&key, &current.op.id, &op, NewStatus::HaltCreation)
+            .start(&key, &current.op.id, &op, status)
             .await?
         {
             info!(instance_id, operation = %op.id, "deprovisioning");

@@ -6,6 +6,7 @@
 mod harness;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,11 +89,16 @@ impl StepKind for Fail {
     }
 }
 
-struct Stuck;
+/// Waits for a volume to detach, which it does once the test says so.
+struct Stuck(Arc<AtomicBool>);
 #[async_trait]
 impl StepKind for Stuck {
     async fn run(&self, _: &StepContext<'_>) -> StepOutcome {
-        StepOutcome::retry(Duration::from_millis(50), "the volume is still attached")
+        if self.0.load(Ordering::SeqCst) {
+            StepOutcome::retry(Duration::from_millis(50), "the volume is still attached")
+        } else {
+            StepOutcome::Done
+        }
     }
 }
 
@@ -125,11 +131,12 @@ async fn events(b: &TestBroker, op: &str) -> Vec<(String, String, String)> {
 
 async fn step_semantics(backend: Backend) {
     let runs = Arc::new(Runs::default());
+    let attached = Arc::new(AtomicBool::new(true));
     let kinds: Vec<(&str, Arc<dyn StepKind>)> = vec![
         ("counter", Arc::new(Counter(runs.clone()))),
         ("flaky", Arc::new(Flaky(runs.clone()))),
         ("fail", Arc::new(Fail)),
-        ("stuck", Arc::new(Stuck)),
+        ("stuck", Arc::new(Stuck(attached.clone()))),
         ("panics", Arc::new(Panics)),
     ];
     let b = start_with_steps(backend, CONFIG, kinds).await;
@@ -204,4 +211,26 @@ async fn step_semantics(backend: Backend) {
         "{log:#?}"
     );
     let _: Value = done.body;
+
+    // Deprovisioning again retries only the skipped step, until it is done; then 410.
+    let r = b.delete(&format!("/v2/service_instances/s-1?{q}")).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let again = b.wait_done(poll).await;
+    assert_eq!(again.body["state"], "succeeded", "{:?}", again.body);
+    assert_eq!(runs.get("count"), 2, "finished steps are not run again");
+    attached.store(false, Ordering::SeqCst);
+    let op = b
+        .delete(&format!("/v2/service_instances/s-1?{q}"))
+        .await
+        .operation();
+    let done = b.wait_done(poll).await;
+    assert_eq!(done.body["state"], "succeeded", "{:?}", done.body);
+    let log = events(&b, &op).await;
+    assert!(
+        log.iter()
+            .any(|(k, s, _)| k == "step_finished" && s == "stuck"),
+        "{log:#?}"
+    );
+    let r = b.delete(&format!("/v2/service_instances/s-1?{q}")).await;
+    assert_eq!(r.status, StatusCode::GONE, "nothing is left to retry");
 }

@@ -310,9 +310,13 @@ impl Engine {
             }
             let started = op.step_started_at.unwrap_or(now);
             let mut outcome = self.run_step(resource, op, step, started, now).await?;
+            // A deprovision or unbind step skipped because it failed is kept, so that a later
+            // deprovision can try it again.
+            let mut unfinished = false;
             if let Outcome::Fail(reason) = &outcome
                 && (step.optional || non_blocking(op.kind))
             {
+                unfinished = non_blocking(op.kind);
                 outcome = Outcome::Skip(format!("failed: {reason}"));
             }
             // Deprovision and unbind skip a step that keeps asking to be retried past its budget;
@@ -328,6 +332,7 @@ impl Engine {
                 let last = reason.as_deref().unwrap_or("still waiting");
                 let spent = humantime_ms(budget);
                 let reason = format!("gave up after {spent}: {last}");
+                unfinished = non_blocking(op.kind);
                 outcome = match non_blocking(op.kind) {
                     true => Outcome::Skip(reason),
                     false => Outcome::Fail(reason),
@@ -336,6 +341,17 @@ impl Engine {
             match outcome {
                 Outcome::Skip(reason) => {
                     warn!(step = %step.name, kind = op.kind.as_str(), %reason, "step skipped");
+                    if unfinished {
+                        let skipped = skipped_steps_mut(&mut resource.outputs, &op.id);
+                        skipped.push(serde_json::to_value(step).expect("steps serialize"));
+                        let saved = inner
+                            .store
+                            .save_outputs(key, &op.id, owner, &resource.outputs)
+                            .await?;
+                        if !saved {
+                            return Ok(()); // superseded or taken over
+                        }
+                    }
                     self.event(
                         &op.id,
                         "step_skipped",
@@ -656,8 +672,23 @@ impl Engine {
         };
         Ok(Ok(match r.op.kind {
             OpKind::Provision => ok("provisioned", Status::Ready),
-            OpKind::Deprovision => ok("deprovisioned", Status::Deleted),
-            OpKind::Unbind => ok("unbound", Status::Deleted),
+            OpKind::Deprovision | OpKind::Unbind => {
+                // Keep only the steps this operation skipped: those of an earlier one were
+                // retried by this one.
+                let mut outputs = r.outputs.clone();
+                let current = outputs["skipped"]["op"] == r.op.id.as_str();
+                if let Some(map) = outputs.as_object_mut().filter(|_| !current) {
+                    map.remove("skipped");
+                }
+                let (description, status) = match r.op.kind {
+                    OpKind::Deprovision => ("deprovisioned", Status::Deleted),
+                    _ => ("unbound", Status::Deleted),
+                };
+                Finish {
+                    outputs: Some(outputs),
+                    ..ok(description, status)
+                }
+            }
             OpKind::Update => Finish {
                 plan_id: r.op.request["plan_id"].as_str().map(str::to_owned),
                 attrs: r.op.request.get("attrs").cloned(),
@@ -760,6 +791,33 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The list of steps operation `op_id` skipped, kept in a resource's outputs as
+/// `{"skipped": {"op": ID, "steps": [...]}}`; a list of another operation is replaced.
+fn skipped_steps_mut<'a>(outputs: &'a mut Value, op_id: &str) -> &'a mut Vec<Value> {
+    if !outputs.is_object() {
+        *outputs = Value::Object(Map::new());
+    }
+    if outputs["skipped"]["op"] != op_id || !outputs["skipped"]["steps"].is_array() {
+        outputs["skipped"] = serde_json::json!({"op": op_id, "steps": []});
+    }
+    outputs["skipped"]["steps"]
+        .as_array_mut()
+        .expect("an array, just checked")
+}
+
+/// The steps a finished deprovision or unbind of `r` skipped, to try again.
+pub fn skipped_steps(r: &Resource) -> Vec<Step> {
+    r.outputs["skipped"]["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter_map(|s| serde_json::from_value(s.clone()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn step_labels(op: &Operation, step: &Step) -> StepLabels {

@@ -581,7 +581,8 @@ impl Store for SqlStore {
 
     async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError> {
         let done = sqlx::query(
-            "DELETE FROM brokkr_resources WHERE status = 'deleted' AND deleted_at < $1",
+            "DELETE FROM brokkr_resources WHERE status = 'deleted' AND deleted_at < $1 \
+             AND op_state <> 'in progress'",
         )
         .bind(before)
         .execute(&self.pool)
