@@ -508,6 +508,10 @@ blueprints:
             host: host.map(str::to_owned),
             port: None,
             timeout: None,
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            pvc_policy: None,
         };
         let targets = [
             (
