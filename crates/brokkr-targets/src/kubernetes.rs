@@ -266,8 +266,9 @@ impl Kubernetes {
     }
 
     fn object_ref(&self, value: &Value) -> Result<ObjectRef, TargetError> {
-        let r: ObjectRef = serde_json::from_value(value.clone())
-            .map_err(|e| self.invalid(format!("an object needs apiVersion, kind and a name: {e}")))?;
+        let r: ObjectRef = serde_json::from_value(value.clone()).map_err(|e| {
+            self.invalid(format!("an object needs apiVersion, kind and a name: {e}"))
+        })?;
         if r.name().is_empty() {
             return Err(self.invalid(format!("{} has no name", r.kind)));
         }
@@ -275,7 +276,12 @@ impl Kubernetes {
     }
 
     /// Resolves a kind by discovery, once per process.
-    async fn kind(&self, client: &Client, api_version: &str, kind: &str) -> Result<Kind, TargetError> {
+    async fn kind(
+        &self,
+        client: &Client,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Kind, TargetError> {
         let key = (api_version.to_owned(), kind.to_owned());
         if let Some(k) = self.kinds.lock().expect("lock").get(&key) {
             return Ok(k.clone());
@@ -295,7 +301,10 @@ impl Kubernetes {
             resource,
             namespaced: caps.scope == KubeScope::Namespaced,
         };
-        self.kinds.lock().expect("lock").insert(key, resolved.clone());
+        self.kinds
+            .lock()
+            .expect("lock")
+            .insert(key, resolved.clone());
         Ok(resolved)
     }
 
@@ -324,7 +333,11 @@ impl Kubernetes {
         let what = r.describe();
         if !kind.namespaced {
             let api = Api::all_with(client.clone(), &kind.resource);
-            return Ok(Located { api, namespace: None, what });
+            return Ok(Located {
+                api,
+                namespace: None,
+                what,
+            });
         }
         let ns = self.namespace(scope)?;
         if let Some(given) = &r.metadata.namespace
@@ -336,7 +349,11 @@ impl Kubernetes {
             )));
         }
         let api = Api::namespaced_with(client.clone(), &ns, &kind.resource);
-        Ok(Located { api, namespace: Some(ns), what })
+        Ok(Located {
+            api,
+            namespace: Some(ns),
+            what,
+        })
     }
 
     async fn get(&self, at: &Located, name: &str) -> Result<Option<DynamicObject>, TargetError> {
@@ -432,7 +449,12 @@ impl Kubernetes {
         let claims = api
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|e| self.error(&format!("listing the claims of StatefulSet {statefulset}"), e))?;
+            .map_err(|e| {
+                self.error(
+                    &format!("listing the claims of StatefulSet {statefulset}"),
+                    e,
+                )
+            })?;
         let mut waiting = None;
         for claim in claims {
             let name = claim.metadata.name.unwrap_or_default();
@@ -441,12 +463,16 @@ impl Kubernetes {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => continue,
                     Err(e) => {
-                        return Err(self.error(&format!("deleting PersistentVolumeClaim {name}"), e));
+                        return Err(
+                            self.error(&format!("deleting PersistentVolumeClaim {name}"), e)
+                        );
                     }
                 }
             }
             if api.get_opt(&name).await.ok().flatten().is_some() {
-                waiting = Some(format!("waiting for PersistentVolumeClaim {name} to be deleted"));
+                waiting = Some(format!(
+                    "waiting for PersistentVolumeClaim {name} to be deleted"
+                ));
             }
         }
         Ok(waiting)
@@ -472,7 +498,10 @@ impl Kubernetes {
                 CLAIM_OF: label_value(name),
             });
             for t in templates {
-                merge_into(&mut t["metadata"]["labels"], claim.as_object().cloned().unwrap_or_default());
+                merge_into(
+                    &mut t["metadata"]["labels"],
+                    claim.as_object().cloned().unwrap_or_default(),
+                );
             }
         }
         body
@@ -540,9 +569,14 @@ impl Target for Kubernetes {
         let r = self.object_ref(resource)?;
         let at = self.locate(&r, scope).await?;
         match self.get(&at, r.name()).await? {
-            None => Ok(Readiness::Waiting(format!("waiting for {} to be created", at.what))),
-            Some(live) => readiness::builtin(&r.kind, &serde_json::to_value(live).unwrap_or_default())
-                .map_err(|e| self.invalid(e)),
+            None => Ok(Readiness::Waiting(format!(
+                "waiting for {} to be created",
+                at.what
+            ))),
+            Some(live) => {
+                readiness::builtin(&r.kind, &serde_json::to_value(live).unwrap_or_default())
+                    .map_err(|e| self.invalid(e))
+            }
         }
     }
 
@@ -613,14 +647,21 @@ impl Target for Kubernetes {
         let rule = readiness::Check::parse(check).map_err(|e| self.invalid(e))?;
         let at = self.locate(&r, scope).await?;
         match self.get(&at, r.name()).await? {
-            None => Ok(Readiness::Waiting(format!("waiting for {} to be created", at.what))),
+            None => Ok(Readiness::Waiting(format!(
+                "waiting for {} to be created",
+                at.what
+            ))),
             Some(live) => {
                 Ok(rule.evaluate(&at.what, &serde_json::to_value(live).unwrap_or_default()))
             }
         }
     }
 
-    async fn read(&self, spec: &Value, scope: &Scope<'_>) -> Result<Map<String, Value>, TargetError> {
+    async fn read(
+        &self,
+        spec: &Value,
+        scope: &Scope<'_>,
+    ) -> Result<Map<String, Value>, TargetError> {
         let r = self.object_ref(spec)?;
         let Some(values) = spec["values"].as_object() else {
             return Err(self.invalid(format!(
@@ -630,13 +671,18 @@ impl Target for Kubernetes {
         };
         let at = self.locate(&r, scope).await?;
         let Some(live) = self.get(&at, r.name()).await? else {
-            return Err(TargetError::Unavailable(format!("waiting for {} to be created", at.what)));
+            return Err(TargetError::Unavailable(format!(
+                "waiting for {} to be created",
+                at.what
+            )));
         };
         let live = serde_json::to_value(live).unwrap_or_default();
         let mut out = Map::new();
         for (key, pointer) in values {
             let Some(pointer) = pointer.as_str() else {
-                return Err(self.invalid(format!("read of {}: {key} needs a JSON pointer", at.what)));
+                return Err(
+                    self.invalid(format!("read of {}: {key} needs a JSON pointer", at.what))
+                );
             };
             let Some(found) = live.pointer(pointer) else {
                 return Err(TargetError::Unavailable(format!(
@@ -649,8 +695,9 @@ impl Target for Kubernetes {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(text)
                     .map_err(|_| self.invalid(format!("{} {pointer} is not base64", at.what)))?;
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| self.invalid(format!("{} {pointer} is not UTF-8 text", at.what)))?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    self.invalid(format!("{} {pointer} is not UTF-8 text", at.what))
+                })?;
                 Value::String(text)
             } else {
                 found.clone()
@@ -698,13 +745,21 @@ impl Target for Kubernetes {
             "data": data,
         });
         let api: Api<Secret> = Api::namespaced(self.client().await?.clone(), &ns);
-        api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
-            .await
-            .map_err(|e| self.error(&format!("writing the binding Secret {name}"), e))?;
+        api.patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| self.error(&format!("writing the binding Secret {name}"), e))?;
         Ok(json!({"namespace": ns, "name": name}))
     }
 
-    async fn unpublish_credentials(&self, name: &str, scope: &Scope<'_>) -> Result<(), TargetError> {
+    async fn unpublish_credentials(
+        &self,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), TargetError> {
         let ns = self.namespace(scope)?;
         let client = self.client().await?;
         let kind = self.kind(client, "v1", "Secret").await?;
@@ -818,8 +873,14 @@ pub fn label_value(text: &str) -> String {
         && text
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && text.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
-        && text.chars().last().is_none_or(|c| c.is_ascii_alphanumeric());
+        && text
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_ascii_alphanumeric())
+        && text
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_ascii_alphanumeric());
     if valid {
         text.to_owned()
     } else {

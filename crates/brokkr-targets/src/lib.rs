@@ -100,7 +100,11 @@ pub trait Target: Send + Sync {
         ))
     }
     /// Reads values from what the target holds, as one of a step's rendered `read` entries says.
-    async fn read(&self, spec: &Value, scope: &Scope<'_>) -> Result<Map<String, Value>, TargetError> {
+    async fn read(
+        &self,
+        spec: &Value,
+        scope: &Scope<'_>,
+    ) -> Result<Map<String, Value>, TargetError> {
         let _ = (spec, scope);
         Err(TargetError::Invalid(
             "this target cannot read values back; remove the step's `read`".into(),
@@ -119,7 +123,11 @@ pub trait Target: Send + Sync {
         ))
     }
     /// Removes the credentials written under `name`; succeeds when they are already gone.
-    async fn unpublish_credentials(&self, name: &str, scope: &Scope<'_>) -> Result<(), TargetError> {
+    async fn unpublish_credentials(
+        &self,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), TargetError> {
         let _ = (name, scope);
         Err(TargetError::Invalid(
             "this target cannot hold credentials; remove the step's `secret`".into(),

@@ -67,12 +67,24 @@ const BUILT_IN: &[(&str, &str, &str, &str, bool)] = &[
     ("", "v1", "Secret", "secrets", true),
     ("", "v1", "Service", "services", true),
     ("", "v1", "ServiceAccount", "serviceaccounts", true),
-    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+    ),
     ("", "v1", "Pod", "pods", true),
     ("apps", "v1", "StatefulSet", "statefulsets", true),
     ("apps", "v1", "Deployment", "deployments", true),
     ("batch", "v1", "Job", "jobs", true),
-    ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+    ),
 ];
 
 impl FakeCluster {
@@ -133,17 +145,32 @@ impl FakeCluster {
     pub fn create(&self, object: Value) {
         let mut state = self.state.lock().expect("lock");
         let def = state
-            .kind_of(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default())
+            .kind_of(
+                object["apiVersion"].as_str().unwrap_or_default(),
+                object["kind"].as_str().unwrap_or_default(),
+            )
             .expect("a registered kind");
-        let ns = object["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let key = (def.group.clone(), def.plural.clone(), ns, name);
         let stored = state.stamp(object, None);
         state.objects.insert(key, stored);
     }
 
     /// The object, if it exists.
-    pub fn get(&self, api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
         let state = self.state.lock().expect("lock");
         let key = state.key(api_version, kind, ns, name)?;
         state.objects.get(&key).cloned()
@@ -161,19 +188,36 @@ impl FakeCluster {
     }
 
     /// Replaces an object's `status`, as its controller would.
-    pub fn set_status(&self, api_version: &str, kind: &str, ns: Option<&str>, name: &str, status: Value) {
+    pub fn set_status(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        status: Value,
+    ) {
         self.update(api_version, kind, ns, name, |o| o["status"] = status);
     }
 
     /// Replaces an object's finalizers; with none left, an object marked deleted goes.
-    pub fn set_finalizers(&self, api_version: &str, kind: &str, ns: Option<&str>, name: &str, finalizers: &[&str]) {
+    pub fn set_finalizers(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        finalizers: &[&str],
+    ) {
         self.update(api_version, kind, ns, name, |o| {
             o["metadata"]["finalizers"] = json!(finalizers);
         });
         let mut state = self.state.lock().expect("lock");
         if let Some(key) = state.key(api_version, kind, ns, name)
             && finalizers.is_empty()
-            && state.objects.get(&key).is_some_and(|o| o["metadata"].get("deletionTimestamp").is_some())
+            && state
+                .objects
+                .get(&key)
+                .is_some_and(|o| o["metadata"].get("deletionTimestamp").is_some())
         {
             state.remove(&key);
         }
@@ -184,10 +228,22 @@ impl FakeCluster {
         self.state.lock().expect("lock").requests.clone()
     }
 
-    fn update(&self, api_version: &str, kind: &str, ns: Option<&str>, name: &str, change: impl FnOnce(&mut Value)) {
+    fn update(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) {
         let mut state = self.state.lock().expect("lock");
-        let key = state.key(api_version, kind, ns, name).expect("a registered kind");
-        let object = state.objects.get_mut(&key).unwrap_or_else(|| panic!("no {kind} {name}"));
+        let key = state
+            .key(api_version, kind, ns, name)
+            .expect("a registered kind");
+        let object = state
+            .objects
+            .get_mut(&key)
+            .unwrap_or_else(|| panic!("no {kind} {name}"));
         change(object);
     }
 }
@@ -202,7 +258,11 @@ impl State {
 
     fn key(&self, api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Option<Key> {
         let def = self.kind_of(api_version, kind)?;
-        let ns = if def.namespaced { ns.unwrap_or_default() } else { "" };
+        let ns = if def.namespaced {
+            ns.unwrap_or_default()
+        } else {
+            ""
+        };
         Some((def.group, def.plural, ns.to_owned(), name.to_owned()))
     }
 
@@ -214,7 +274,11 @@ impl State {
             None => 1,
             Some(b) => {
                 let g = b["metadata"]["generation"].as_i64().unwrap_or(1);
-                if b.get("spec") == object.get("spec") { g } else { g + 1 }
+                if b.get("spec") == object.get("spec") {
+                    g
+                } else {
+                    g + 1
+                }
             }
         };
         let meta = &mut object["metadata"];
@@ -247,15 +311,29 @@ fn ok(body: Value) -> Response {
 
 /// The path split into API group, version and the rest.
 fn split(path: &str) -> Option<(String, String, Vec<String>)> {
-    let parts: Vec<String> = path.trim_matches('/').split('/').map(str::to_owned).collect();
+    let parts: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(str::to_owned)
+        .collect();
     match parts.first().map(String::as_str) {
-        Some("api") if parts.len() >= 2 => Some((String::new(), parts[1].clone(), parts[2..].to_vec())),
-        Some("apis") if parts.len() >= 3 => Some((parts[1].clone(), parts[2].clone(), parts[3..].to_vec())),
+        Some("api") if parts.len() >= 2 => {
+            Some((String::new(), parts[1].clone(), parts[2..].to_vec()))
+        }
+        Some("apis") if parts.len() >= 3 => {
+            Some((parts[1].clone(), parts[2].clone(), parts[3..].to_vec()))
+        }
         _ => None,
     }
 }
 
-fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Response {
+fn handle(
+    state: &Mutex<State>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
     let mut state = state.lock().expect("lock");
     let content_type = headers
         .get("content-type")
@@ -263,10 +341,14 @@ fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap,
         .unwrap_or_default()
         .to_owned();
     let query = uri.query().unwrap_or_default();
-    state.requests.push(format!("{method} {}?{query} {content_type}", uri.path()));
+    state
+        .requests
+        .push(format!("{method} {}?{query} {content_type}", uri.path()));
     let path = uri.path();
     if path == "/api" {
-        return ok(json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}));
+        return ok(
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        );
     }
     if path == "/apis" {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -289,7 +371,11 @@ fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap,
         return ok(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
     }
     let Some((group, version, rest)) = split(path) else {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("no route {path}"));
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("no route {path}"),
+        );
     };
     let defs: Vec<KindDef> = state
         .kinds
@@ -298,20 +384,30 @@ fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap,
         .cloned()
         .collect();
     if defs.is_empty() {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("group {group}/{version} is not served"));
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("group {group}/{version} is not served"),
+        );
     }
     let gv = defs[0].api_version();
     if rest.is_empty() {
         let verbs = ["create", "delete", "get", "list", "patch", "update"];
         let mut resources = Vec::new();
         for k in &defs {
-            resources.push(json!({"name": k.plural, "singularName": k.kind.to_lowercase(),
-                "namespaced": k.namespaced, "kind": k.kind, "verbs": verbs}));
-            resources.push(json!({"name": format!("{}/status", k.plural), "singularName": "",
-                "namespaced": k.namespaced, "kind": k.kind, "verbs": ["get", "patch", "update"]}));
+            resources.push(
+                json!({"name": k.plural, "singularName": k.kind.to_lowercase(),
+                "namespaced": k.namespaced, "kind": k.kind, "verbs": verbs}),
+            );
+            resources.push(
+                json!({"name": format!("{}/status", k.plural), "singularName": "",
+                "namespaced": k.namespaced, "kind": k.kind, "verbs": ["get", "patch", "update"]}),
+            );
         }
-        return ok(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-            "resources": resources}));
+        return ok(
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+            "resources": resources}),
+        );
     }
     // [namespaces, NS, plural, (name, (status))] or [plural, (name, (status))]
     let (ns, rest) = if rest[0] == "namespaces" && rest.len() >= 3 && rest[2] != "status" {
@@ -320,55 +416,109 @@ fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap,
         (String::new(), rest)
     };
     let Some(def) = defs.iter().find(|k| k.plural == rest[0]).cloned() else {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("the server could not find the requested resource {}", rest[0]));
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!(
+                "the server could not find the requested resource {}",
+                rest[0]
+            ),
+        );
     };
     let name = rest.get(1).cloned();
     let subresource = rest.get(2).cloned();
     if def.namespaced == ns.is_empty() && name.is_some() {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("{} is {}namespaced", def.kind, if def.namespaced { "" } else { "not " }));
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!(
+                "{} is {}namespaced",
+                def.kind,
+                if def.namespaced { "" } else { "not " }
+            ),
+        );
     }
     let Some(name) = name else {
         return collection(&mut state, method, &def, &ns, query, body);
     };
-    let key = (def.group.clone(), def.plural.clone(), ns.clone(), name.clone());
+    let key = (
+        def.group.clone(),
+        def.plural.clone(),
+        ns.clone(),
+        name.clone(),
+    );
     let what = format!("{} \"{name}\"", def.plural);
     match *method {
         Method::GET => match state.objects.get(&key) {
             Some(o) => ok(o.clone()),
-            None => status(StatusCode::NOT_FOUND, "NotFound", format!("{what} not found")),
+            None => status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("{what} not found"),
+            ),
         },
         Method::DELETE => {
             let Some(object) = state.objects.get_mut(&key) else {
-                return status(StatusCode::NOT_FOUND, "NotFound", format!("{what} not found"));
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("{what} not found"),
+                );
             };
-            let held = object["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+            let held = object["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
             if held {
                 object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:01Z");
                 return ok(object.clone());
             }
             state.remove(&key);
-            ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": name, "kind": def.plural}}))
+            ok(
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "kind": def.plural}}),
+            )
         }
         Method::PATCH => {
             let Ok(patch) = serde_json::from_slice::<Value>(body) else {
-                return status(StatusCode::BAD_REQUEST, "BadRequest", "the fake reads JSON patches only".into());
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the fake reads JSON patches only".into(),
+                );
             };
             let apply = content_type.starts_with("application/apply-patch");
             if !apply && !content_type.starts_with("application/merge-patch") {
-                return status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", content_type);
+                return status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    content_type,
+                );
             }
             if apply && !query.contains("fieldManager=") {
-                return status(StatusCode::BAD_REQUEST, "BadRequest", "apply needs a fieldManager".into());
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "apply needs a fieldManager".into(),
+                );
             }
             if def.namespaced && !namespace_exists(&state, &ns) {
-                return status(StatusCode::NOT_FOUND, "NotFound", format!("namespaces \"{ns}\" not found"));
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("namespaces \"{ns}\" not found"),
+                );
             }
             let before = state.objects.get(&key).cloned();
             let mut object = match (&before, apply) {
                 (Some(b), _) => b.clone(),
                 (None, true) => json!({}),
-                (None, false) => return status(StatusCode::NOT_FOUND, "NotFound", format!("{what} not found")),
+                (None, false) => {
+                    return status(
+                        StatusCode::NOT_FOUND,
+                        "NotFound",
+                        format!("{what} not found"),
+                    );
+                }
             };
             let mut patch = patch;
             if subresource.as_deref() == Some("status") {
@@ -385,7 +535,9 @@ fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap,
             if def.namespaced {
                 object["metadata"]["namespace"] = json!(ns);
             }
-            let held = object["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+            let held = object["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
             let stored = state.stamp(object, before.as_ref());
             if stored["metadata"].get("deletionTimestamp").is_some() && !held {
                 state.remove(&key);
@@ -394,16 +546,32 @@ fn handle(state: &Mutex<State>, method: &Method, uri: &Uri, headers: &HeaderMap,
             }
             ok(stored)
         }
-        _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", method.to_string()),
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            method.to_string(),
+        ),
     }
 }
 
 fn namespace_exists(state: &State, ns: &str) -> bool {
-    state.objects.contains_key(&(String::new(), "namespaces".into(), String::new(), ns.to_owned()))
+    state.objects.contains_key(&(
+        String::new(),
+        "namespaces".into(),
+        String::new(),
+        ns.to_owned(),
+    ))
 }
 
 /// LIST and POST on a collection.
-fn collection(state: &mut State, method: &Method, def: &KindDef, ns: &str, query: &str, body: &[u8]) -> Response {
+fn collection(
+    state: &mut State,
+    method: &Method,
+    def: &KindDef,
+    ns: &str,
+    query: &str,
+    body: &[u8],
+) -> Response {
     match *method {
         Method::GET => {
             let selector = url::form_urlencoded::parse(query.as_bytes())
@@ -413,24 +581,44 @@ fn collection(state: &mut State, method: &Method, def: &KindDef, ns: &str, query
             let items: Vec<Value> = state
                 .objects
                 .iter()
-                .filter(|(k, _)| k.0 == def.group && k.1 == def.plural && (ns.is_empty() || k.2 == ns))
+                .filter(|(k, _)| {
+                    k.0 == def.group && k.1 == def.plural && (ns.is_empty() || k.2 == ns)
+                })
                 .filter(|(_, o)| selects(&selector, &o["metadata"]["labels"]))
                 .map(|(_, o)| o.clone())
                 .collect();
-            ok(json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
-                "metadata": {"resourceVersion": state.version.to_string()}, "items": items}))
+            ok(
+                json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
+                "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
+            )
         }
         Method::POST => {
             let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
                 return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
             };
-            let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            let key = (def.group.clone(), def.plural.clone(), ns.to_owned(), name.clone());
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let key = (
+                def.group.clone(),
+                def.plural.clone(),
+                ns.to_owned(),
+                name.clone(),
+            );
             if state.objects.contains_key(&key) {
-                return status(StatusCode::CONFLICT, "AlreadyExists", format!("{} \"{name}\" already exists", def.plural));
+                return status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    format!("{} \"{name}\" already exists", def.plural),
+                );
             }
             if def.namespaced && !namespace_exists(state, ns) {
-                return status(StatusCode::NOT_FOUND, "NotFound", format!("namespaces \"{ns}\" not found"));
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("namespaces \"{ns}\" not found"),
+                );
             }
             object["apiVersion"] = json!(def.api_version());
             object["kind"] = json!(def.kind);
@@ -441,7 +629,11 @@ fn collection(state: &mut State, method: &Method, def: &KindDef, ns: &str, query
             state.objects.insert(key, stored.clone());
             (StatusCode::CREATED, axum::Json(stored)).into_response()
         }
-        _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", method.to_string()),
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            method.to_string(),
+        ),
     }
 }
 

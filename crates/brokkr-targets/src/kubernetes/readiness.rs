@@ -27,7 +27,11 @@ pub fn builtin(kind: &str, live: &Value) -> Result<Readiness, String> {
     let count = |field: &str| status[field].as_i64().unwrap_or(0);
     let observed = status["observedGeneration"].as_i64().unwrap_or(0)
         >= live["metadata"]["generation"].as_i64().unwrap_or(0);
-    let waiting = |detail: String| Ok(Readiness::Waiting(format!("waiting for {kind} {name} {detail}")));
+    let waiting = |detail: String| {
+        Ok(Readiness::Waiting(format!(
+            "waiting for {kind} {name} {detail}"
+        )))
+    };
     match kind {
         "Deployment" => {
             let available = count("availableReplicas");
@@ -49,7 +53,10 @@ pub fn builtin(kind: &str, live: &Value) -> Result<Readiness, String> {
         "Job" => {
             if let Some(failed) = condition(live, "Failed").filter(|c| c["status"] == "True") {
                 let why = failed["message"].as_str().or(failed["reason"].as_str());
-                return Err(format!("Job {name} failed: {}", why.unwrap_or("no reason given")));
+                return Err(format!(
+                    "Job {name} failed: {}",
+                    why.unwrap_or("no reason given")
+                ));
             }
             if !condition_is(live, "Complete", "True") {
                 return waiting("to complete".into());
@@ -114,9 +121,10 @@ impl Check {
     pub fn parse(check: &Value) -> Result<Self, String> {
         match (&check["condition"], check.get("jsonpath")) {
             (Value::Object(c), None) => {
-                let kind = c.get("type").and_then(Value::as_str).ok_or(
-                    "a readiness condition needs `type` (and `status`, default True)",
-                )?;
+                let kind = c
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .ok_or("a readiness condition needs `type` (and `status`, default True)")?;
                 let status = match c.get("status") {
                     None => "True".to_owned(),
                     Some(Value::String(s)) => s.clone(),
@@ -139,9 +147,11 @@ impl Check {
                     .map_err(|e| format!("jsonpath {path:?}: {e}"))?;
                 Ok(Self::Field { path, equals })
             }
-            _ => Err("a readiness check has either `condition: {type, status}` or \
+            _ => Err(
+                "a readiness check has either `condition: {type, status}` or \
                       `jsonpath` and `equals`"
-                .into()),
+                    .into(),
+            ),
         }
     }
 
@@ -162,7 +172,10 @@ impl Check {
                 }
             }
             Self::Field { path, equals } => {
-                let found = live.query(path).ok().and_then(|v| v.first().copied().cloned());
+                let found = live
+                    .query(path)
+                    .ok()
+                    .and_then(|v| v.first().copied().cloned());
                 let matches = match (&found, equals) {
                     (Some(Value::String(a)), Value::String(b)) => a == b,
                     (Some(a), Value::String(b)) => a.to_string() == *b,
@@ -173,8 +186,12 @@ impl Check {
                     return Readiness::Ready;
                 }
                 let now = found.map_or("nothing".to_owned(), |v| v.to_string());
-                let wanted = equals.as_str().map_or_else(|| equals.to_string(), str::to_owned);
-                Readiness::Waiting(format!("waiting for {what} {path} to be {wanted} (now {now})"))
+                let wanted = equals
+                    .as_str()
+                    .map_or_else(|| equals.to_string(), str::to_owned);
+                Readiness::Waiting(format!(
+                    "waiting for {what} {path} to be {wanted} (now {now})"
+                ))
             }
         }
     }
@@ -182,7 +199,11 @@ impl Check {
 
 /// kubectl's `{.status.phase}` as the JSONPath `$.status.phase`.
 fn json_path(path: &str) -> String {
-    let inner = path.trim().trim_start_matches('{').trim_end_matches('}').trim();
+    let inner = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim();
     if inner.starts_with('$') {
         inner.to_owned()
     } else if inner.starts_with('.') || inner.starts_with('[') {
@@ -259,7 +280,8 @@ mod tests {
     fn declared_checks() {
         let live = json!({"status": {"phase": "Running", "replicas": 3,
             "conditions": [{"type": "AcceptingConnection", "status": "True"}]}});
-        let phase = Check::parse(&json!({"jsonpath": "{.status.phase}", "equals": "Running"})).unwrap();
+        let phase =
+            Check::parse(&json!({"jsonpath": "{.status.phase}", "equals": "Running"})).unwrap();
         assert_eq!(phase.evaluate("X x", &live), Readiness::Ready);
         let replicas = Check::parse(&json!({"jsonpath": ".status.replicas", "equals": 4})).unwrap();
         assert_eq!(
@@ -268,8 +290,12 @@ mod tests {
         );
         let cond = Check::parse(&json!({"condition": {"type": "AcceptingConnection"}})).unwrap();
         assert_eq!(cond.evaluate("X x", &live), Readiness::Ready);
-        let missing = Check::parse(&json!({"condition": {"type": "Ready", "status": "True"}})).unwrap();
-        assert!(matches!(missing.evaluate("X x", &live), Readiness::Waiting(_)));
+        let missing =
+            Check::parse(&json!({"condition": {"type": "Ready", "status": "True"}})).unwrap();
+        assert!(matches!(
+            missing.evaluate("X x", &live),
+            Readiness::Waiting(_)
+        ));
         assert!(Check::parse(&json!({"jsonpath": "{.a}"})).is_err());
         assert!(Check::parse(&json!({})).is_err());
     }
