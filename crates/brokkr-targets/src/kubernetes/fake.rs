@@ -270,6 +270,18 @@ impl State {
     /// spec changes), creationTimestamp.
     fn stamp(&mut self, mut object: Value, before: Option<&Value>) -> Value {
         self.version += 1;
+        // A Secret's stringData is written into its data.
+        if object["kind"] == "Secret"
+            && let Some(Value::Object(strings)) =
+                object.as_object_mut().and_then(|o| o.remove("stringData"))
+        {
+            use base64::Engine as _;
+            for (k, v) in strings {
+                let text = v.as_str().unwrap_or_default();
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                object["data"][k] = Value::String(encoded);
+            }
+        }
         let generation = match before {
             None => 1,
             Some(b) => {
