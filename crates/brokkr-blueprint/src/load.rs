@@ -1200,4 +1200,69 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn kubernetes_targets_and_their_step_fields_are_checked() {
+        let yaml = r#"
+targets:
+  cluster: {kind: kubernetes, url_env: X, namespace: {fixed: Team_A}}
+  pg: {kind: postgres, url_env: PG, namespace: per-instance}
+catalog:
+  services:
+  - {name: s, id: s1, description: d, bindable: true, plans: [{name: p, id: p1, description: d}]}
+blueprints:
+- service: s
+  plan: p
+  instance:
+    steps:
+    - {name: a, run: noop, readiness: [{kind: Pod}]}
+    - name: b
+      target: cluster
+      read: [{apiVersion: v1, kind: Secret, name: x, values: {password: /data/password}}]
+      outputs: [username]
+    - {name: c, target: cluster, secret: {name: x}}
+  binding:
+    steps:
+    - {name: s, target: cluster, secret: {}}
+    credentials: {type: t}
+"#;
+        let errs = errors(yaml);
+        for expected in [
+            "targets.cluster.url_env: a kubernetes target has no admin URL",
+            "targets.cluster.namespace.fixed: a namespace name is a DNS label",
+            "targets.pg.namespace: only a kubernetes target has `namespace` (this one is postgres)",
+            "instance.steps[0].readiness: `readiness` belongs to a `target` step",
+            "instance.steps[1].read[0].values.password: \"password\" is read but not declared",
+            "instance.steps[2].secret: only a binding's steps publish credentials",
+            "binding.steps[0].secret: needs `name`",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(expected)),
+                "{expected}\n{errs:#?}"
+            );
+        }
+        let fine = r#"
+targets:
+  cluster: {kind: kubernetes, namespace: per-instance, pvc_policy: retain}
+catalog:
+  services:
+  - {name: s, id: s1, description: d, bindable: true, plans: [{name: p, id: p1, description: d}]}
+blueprints:
+- service: s
+  plan: p
+  instance:
+    steps:
+    - name: db
+      target: cluster
+      templates: [{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}]
+      readiness: [{apiVersion: v1, kind: ConfigMap, name: x, jsonpath: "{.data.a}", equals: "1"}]
+      read: [{apiVersion: v1, kind: ConfigMap, name: x, values: {a: /data/a}}]
+      outputs: [a]
+  binding:
+    steps:
+    - {name: s, target: cluster, secret: {name: "b-{{ binding_id }}"}}
+    credentials: {type: t, value: "{{ registry('a') }}"}
+"#;
+        load_str("fine.yaml", fine).unwrap();
+    }
 }
