@@ -178,7 +178,7 @@ impl Check {
                     .and_then(|v| v.first().copied().cloned());
                 let matches = match (&found, equals) {
                     (Some(Value::String(a)), Value::String(b)) => a == b,
-                    (Some(a), Value::String(b)) => a.to_string() == *b,
+                    (Some(a), Value::String(b)) => *b == format!("{a}"),
                     (Some(a), b) => a == b,
                     (None, _) => false,
                 };
