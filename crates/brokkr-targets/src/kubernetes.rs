@@ -34,17 +34,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Scope as KubeScope;
 use kube::{Client, Config};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use tracing::info;
 
@@ -52,28 +50,15 @@ use crate::{Readiness, Scope, Target, TargetError};
 
 #[cfg(feature = "fake")]
 pub mod fake;
+mod names;
+mod namespace;
 pub mod readiness;
 
-/// The field manager of every server-side apply.
-pub const MANAGER: &str = "brokkr";
-/// Marks every object brokkr manages.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// The instance an object belongs to (label: possibly hashed; annotation: the full id).
-pub const INSTANCE: &str = "brokkr.dev/instance-id";
-/// The binding an object belongs to (label: possibly hashed; annotation: the full id).
-pub const BINDING: &str = "brokkr.dev/binding-id";
-/// The service offering id.
-pub const SERVICE: &str = "brokkr.dev/service";
-/// The plan id.
-pub const PLAN: &str = "brokkr.dev/plan";
-/// The blueprint step that applied the object.
-pub const STEP: &str = "brokkr.dev/step";
-/// On claims of a StatefulSet's volume claim templates: the StatefulSet.
-pub const CLAIM_OF: &str = "brokkr.dev/claim-of";
-/// On a rendered StatefulSet or PersistentVolumeClaim: `delete` or `retain`.
-pub const PVC_POLICY: &str = "brokkr.dev/pvc-policy";
-/// On a per-instance namespace: one annotation per step with objects in it.
-const STEP_ANNOTATION: &str = "steps.brokkr.dev/";
+pub use names::{
+    BINDING, CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PLAN, PVC_POLICY, SERVICE, STEP,
+    instance_namespace, label_value,
+};
+use names::{annotations, is_dns_subdomain, labels, merge_into};
 
 /// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
 const COMMON_KINDS: &[(&str, &str)] = &[
@@ -371,54 +356,6 @@ impl Kubernetes {
             Err(e) => return Err(self.error(&format!("deleting {}", at.what), e)),
         }
         Ok(self.get(at, name).await?.is_none())
-    }
-
-    /// Creates the per-instance namespace if needed and records that `scope.step` uses it.
-    async fn ensure_namespace(&self, ns: &str, scope: &Scope<'_>) -> Result<(), TargetError> {
-        let client = self.client().await?;
-        let api: Api<Namespace> = Api::all(client.clone());
-        let step_key = step_annotation(scope.step);
-        let existing = api
-            .get_opt(ns)
-            .await
-            .map_err(|e| self.error(&format!("reading namespace {ns}"), e))?;
-        match existing {
-            None => {
-                let mut labels = Map::new();
-                labels.insert(MANAGED_BY.into(), json!(MANAGER));
-                labels.insert(INSTANCE.into(), json!(label_value(scope.instance_id)));
-                let body: Namespace = serde_json::from_value(json!({
-                    "metadata": {
-                        "name": ns,
-                        "labels": labels,
-                        "annotations": {INSTANCE: scope.instance_id, step_key: scope.step},
-                    },
-                }))
-                .expect("a namespace");
-                let params = PostParams {
-                    field_manager: Some(MANAGER.into()),
-                    ..Default::default()
-                };
-                api.create(&params, &body)
-                    .await
-                    .map_err(|e| self.error(&format!("creating namespace {ns}"), e))?;
-            }
-            Some(found) => {
-                let annotations = found.metadata.annotations.unwrap_or_default();
-                if annotations.get(INSTANCE).map(String::as_str) != Some(scope.instance_id) {
-                    return Err(self.invalid(format!(
-                        "namespace {ns} exists and does not belong to this instance"
-                    )));
-                }
-                if !annotations.contains_key(&step_key) {
-                    let patch = json!({"metadata": {"annotations": {step_key: scope.step}}});
-                    api.patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map_err(|e| self.error(&format!("annotating namespace {ns}"), e))?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The PVC policy for a rendered object.
@@ -781,183 +718,6 @@ impl Target for Kubernetes {
         if self.namespace != NamespacePolicy::PerInstance || scope.binding_id.is_some() {
             return Ok(());
         }
-        let ns = instance_namespace(scope.instance_id);
-        let client = self.client().await?;
-        let api: Api<Namespace> = Api::all(client.clone());
-        let Some(found) = api
-            .get_opt(&ns)
-            .await
-            .map_err(|e| self.error(&format!("reading namespace {ns}"), e))?
-        else {
-            return Ok(());
-        };
-        let annotations = found.metadata.annotations.unwrap_or_default();
-        if annotations.get(INSTANCE).map(String::as_str) != Some(scope.instance_id) {
-            return Ok(());
-        }
-        let step_key = step_annotation(scope.step);
-        if annotations.contains_key(&step_key) && found.metadata.deletion_timestamp.is_none() {
-            let patch = json!({"metadata": {"annotations": {step_key.clone(): null}}});
-            api.patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| self.error(&format!("annotating namespace {ns}"), e))?;
-        }
-        let others = annotations
-            .keys()
-            .any(|k| k.starts_with(STEP_ANNOTATION) && *k != step_key);
-        if others {
-            return Ok(()); // another step still has objects in it
-        }
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-        let retained = claims
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| self.error(&format!("listing the claims in namespace {ns}"), e))?;
-        if !retained.items.is_empty() {
-            info!(target = %self.name, namespace = %ns, "namespace kept: it holds retained claims");
-            return Ok(());
-        }
-        let kind = self.kind(client, "v1", "Namespace").await?;
-        let at = Located {
-            api: Api::all_with(client.clone(), &kind.resource),
-            namespace: None,
-            what: format!("namespace {ns}"),
-        };
-        match self.delete_and_check(&at, &ns).await? {
-            true => Ok(()),
-            false => Err(TargetError::Unavailable(format!(
-                "waiting for {} to be deleted",
-                at.what
-            ))),
-        }
-    }
-}
-
-/// The labels of every object brokkr applies for `scope`.
-fn labels(scope: &Scope<'_>) -> Map<String, Value> {
-    let mut labels = Map::new();
-    labels.insert(MANAGED_BY.into(), json!(MANAGER));
-    labels.insert(INSTANCE.into(), json!(label_value(scope.instance_id)));
-    labels.insert(SERVICE.into(), json!(label_value(scope.service_id)));
-    labels.insert(PLAN.into(), json!(label_value(scope.plan_id)));
-    labels.insert(STEP.into(), json!(label_value(scope.step)));
-    if let Some(b) = scope.binding_id {
-        labels.insert(BINDING.into(), json!(label_value(b)));
-    }
-    labels
-}
-
-/// The full ids, whatever their length.
-fn annotations(scope: &Scope<'_>) -> Map<String, Value> {
-    let mut annotations = Map::new();
-    annotations.insert(INSTANCE.into(), json!(scope.instance_id));
-    if let Some(b) = scope.binding_id {
-        annotations.insert(BINDING.into(), json!(b));
-    }
-    annotations
-}
-
-/// Sets every entry of `entries` in the object at `slot` (made an object if it is not one).
-fn merge_into(slot: &mut Value, entries: Map<String, Value>) {
-    if !slot.is_object() {
-        *slot = Value::Object(Map::new());
-    }
-    if let Value::Object(map) = slot {
-        map.extend(entries);
-    }
-}
-
-/// `text` when it is a valid label value, else `sha-` and 40 hex digits of its SHA-256.
-pub fn label_value(text: &str) -> String {
-    let valid = text.len() <= 63
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && text
-            .chars()
-            .next()
-            .is_none_or(|c| c.is_ascii_alphanumeric())
-        && text
-            .chars()
-            .last()
-            .is_none_or(|c| c.is_ascii_alphanumeric());
-    if valid {
-        text.to_owned()
-    } else {
-        format!("sha-{}", &hex(text)[..40])
-    }
-}
-
-/// The namespace of an instance under the `per-instance` policy: `brokkr-<id>` when the id
-/// makes a DNS label, else `brokkr-` and a hash.
-pub fn instance_namespace(instance_id: &str) -> String {
-    let lower = instance_id.to_ascii_lowercase();
-    let label = format!("brokkr-{lower}");
-    let dns = label.len() <= 63
-        && lower
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !lower.ends_with('-')
-        && lower == instance_id;
-    if dns {
-        label
-    } else {
-        format!("brokkr-{}", &hex(instance_id)[..40])
-    }
-}
-
-fn step_annotation(step: &str) -> String {
-    format!("{STEP_ANNOTATION}{}", &hex(step)[..16])
-}
-
-fn hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn label_values_are_hashed_only_when_invalid() {
-        let uuid = "3f2a9c4e-0b1d-4e5f-8a7b-6c5d4e3f2a10";
-        assert_eq!(label_value(uuid), uuid);
-        let long = "x".repeat(64);
-        let hashed = label_value(&long);
-        assert!(hashed.starts_with("sha-") && hashed.len() == 44, "{hashed}");
-        assert_ne!(label_value("a b"), "a b");
-        assert_ne!(label_value("-a"), "-a");
-    }
-
-    #[test]
-    fn instance_namespaces_are_dns_labels() {
-        assert_eq!(instance_namespace("abc-123"), "brokkr-abc-123");
-        let odd = instance_namespace("Weird_ID");
-        assert!(odd.starts_with("brokkr-") && odd.len() <= 63, "{odd}");
-        assert!(instance_namespace(&"a".repeat(60)).len() <= 63);
-    }
-
-    #[test]
-    fn secret_names_must_be_dns_subdomains() {
-        assert!(is_dns_subdomain("orders-binding.v1"));
-        assert!(!is_dns_subdomain("Orders"));
-        assert!(!is_dns_subdomain("a..b"));
-        assert!(!is_dns_subdomain(""));
+        self.release_namespace(scope).await
     }
 }
