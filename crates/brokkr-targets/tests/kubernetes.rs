@@ -558,3 +558,25 @@ async fn a_kubeconfig_file_and_context_reach_the_cluster() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn an_https_cluster_gets_a_tls_client_and_an_unreachable_one_is_retried() {
+    // rustls needs exactly one crypto provider (ring) to build kube's TLS client.
+    let config = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+    let client = kube::Client::try_from(config).expect("a TLS client");
+    let k = Kubernetes::with_client(
+        "cluster",
+        client,
+        NamespacePolicy::Fixed("default".into()),
+        PvcPolicy::Delete,
+    );
+    let context = json!({});
+    let e = k
+        .apply(&service("svc"), &scope(&context, "s"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, TargetError::Unavailable(m) if m.contains("kubernetes target cluster")),
+        "{e}"
+    );
+}
