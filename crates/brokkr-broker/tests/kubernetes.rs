@@ -525,6 +525,40 @@ async fn a_namespace_missing_from_the_context_fails_the_provision() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_per_instance_namespace_lives_as_long_as_its_instance() {
+    let (cluster, _dir, kubeconfig) = fake().await;
+    let catalog = MANIFESTS.replace("namespace: from-context", "namespace: per-instance");
+    let broker = broker(&catalog, &kubeconfig).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let name = object_name("pg", &id);
+    let ns = brokkr_targets::kubernetes::instance_namespace(&id);
+    let instance = format!("/v2/service_instances/{id}");
+    let last = format!("{instance}/last_operation");
+    let r = broker
+        .put(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    broker.poll(&last, Some("waiting for StatefulSet")).await;
+    let Cluster::Fake(fake) = &cluster else {
+        unreachable!()
+    };
+    assert!(fake.get("v1", "Namespace", None, &ns).is_some());
+    cluster.make_ready(&ns, &name).await;
+    ok(&broker.poll(&last, None).await);
+    let r = broker
+        .delete(&format!(
+            "{instance}?accepts_incomplete=true&service_id={PG}&plan_id={PG_SMALL}"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    ok(&broker.poll(&last, None).await);
+    assert!(fake.get("v1", "Namespace", None, &ns).is_none());
+}
+
 /// A real cluster from BROKKR_E2E_KUBECONFIG, and a fresh namespace in it.
 async fn real() -> (Cluster, String, String) {
     let path = std::env::var("BROKKR_E2E_KUBECONFIG")
