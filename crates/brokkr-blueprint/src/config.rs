@@ -41,6 +41,8 @@ pub enum TargetKind {
     Mysql,
     /// A shared Redis 6+ server: ACL users confined to a key prefix.
     Redis,
+    /// A Kubernetes cluster: any object, applied server-side.
+    Kubernetes,
 }
 
 impl TargetKind {
@@ -50,6 +52,7 @@ impl TargetKind {
             Self::Postgres => "postgres",
             Self::Mysql => "mysql",
             Self::Redis => "redis",
+            Self::Kubernetes => "kubernetes",
         }
     }
 }
@@ -80,6 +83,43 @@ pub struct TargetConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
+    /// `kubernetes`: the kubeconfig file (default: in-cluster, else `$KUBECONFIG` or
+    /// `~/.kube/config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    /// `kubernetes`: the kubeconfig context (default: the current one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// `kubernetes`: the namespace of an instance's objects (default `from-context`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<NamespacePolicy>,
+    /// `kubernetes`: what deprovision does with an instance's PersistentVolumeClaims (default
+    /// `delete`); an object's annotation `brokkr.dev/pvc-policy` overrides it per plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_policy: Option<PvcPolicy>,
+}
+
+/// Where a `kubernetes` target puts an instance's namespaced objects.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NamespacePolicy {
+    /// Always this namespace (`namespace: {fixed: NAME}`).
+    Fixed(String),
+    /// The namespace the platform sends in the OSB `context.namespace`.
+    FromContext,
+    /// A namespace per instance, `brokkr-<instance id>`, created with its first object and
+    /// removed on deprovision.
+    PerInstance,
+}
+
+/// What deprovision does with PersistentVolumeClaims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PvcPolicy {
+    /// Deleted with the instance (their data is lost).
+    Delete,
+    /// Kept (unlabelled from the instance only by an operator).
+    Retain,
 }
 
 /// The `catalog:` section: OSB service offerings, exactly as served.
@@ -261,6 +301,21 @@ pub struct Step {
     /// Once loaded, every entry is the tree itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub templates: Vec<Value>,
+    /// For `target`: checks that must pass, after the built-in readiness of each object, before
+    /// the step is done (template trees; for `kubernetes`: `{apiVersion, kind, name, condition:
+    /// {type, status}}` or `{apiVersion, kind, name, jsonpath, equals}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readiness: Vec<Value>,
+    /// For `target`: values read from live objects once the step is ready, added to the registry
+    /// (template trees; for `kubernetes`: `{apiVersion, kind, name, values: {KEY: /json/pointer}}`;
+    /// every KEY must be in `outputs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<Value>,
+    /// For a binding's `target` step: also write the bind's credentials where the target keeps
+    /// secrets (for `kubernetes`: a Secret of type `servicebinding.io/<type>` named `name`, in the
+    /// instance's namespace), and remove them on unbind. A template tree `{name: …}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Value>,
     /// Registry keys the step adds when it finishes (a `run` step kind's results, such as values
     /// an `http` call extracts), for later steps and the credentials.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

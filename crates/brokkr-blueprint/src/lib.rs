@@ -21,7 +21,10 @@ pub mod schema;
 pub mod span;
 pub mod template;
 
-pub use config::{Blueprint, BrokerConfig, Phase, RegistryEntry, Step, TargetConfig, TargetKind};
+pub use config::{
+    Blueprint, BrokerConfig, NamespacePolicy, Phase, PvcPolicy, RegistryEntry, Step, TargetConfig,
+    TargetKind,
+};
 pub use load::{Config, ConfigError, PlanEntry};
 
 /// The built-in quickstart configuration served by `brokkr serve` when no `--config` is given.

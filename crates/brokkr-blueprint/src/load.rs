@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use crate::check;
 use crate::config::{
-    BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, Phase,
-    RegistryEntry, Step, TargetConfig,
+    BINDING_STEP_DEFAULTS, Blueprint, BrokerConfig, File, INSTANCE_STEP_DEFAULTS, NamespacePolicy,
+    Phase, RegistryEntry, Step, TargetConfig, TargetKind,
 };
 use crate::schema::ParameterSchema;
 use crate::span::{Position, SourceMap};
@@ -536,6 +536,46 @@ impl Validator {
         {
             self.error(file, &at, "a target name is letters, digits, `-` and `_`");
         }
+        if target.kind == TargetKind::Kubernetes {
+            for (field, set) in [
+                ("url_env", target.url_env.is_some()),
+                ("url_file", target.url_file.is_some()),
+                ("host", target.host.is_some()),
+                ("port", target.port.is_some()),
+            ] {
+                if set {
+                    self.error(
+                        file,
+                        format!("{at}.{field}"),
+                        "a kubernetes target has no admin URL, host or port; it reaches the \
+                         cluster through `kubeconfig` (or in-cluster configuration)",
+                    );
+                }
+            }
+            if let Some(NamespacePolicy::Fixed(ns)) = &target.namespace
+                && !is_dns_label(ns)
+            {
+                self.error(
+                    file,
+                    format!("{at}.namespace.fixed"),
+                    "a namespace name is a DNS label: lowercase letters, digits and `-`, at most 63",
+                );
+            }
+            return;
+        }
+        for (field, set) in [
+            ("kubeconfig", target.kubeconfig.is_some()),
+            ("context", target.context.is_some()),
+            ("namespace", target.namespace.is_some()),
+            ("pvc_policy", target.pvc_policy.is_some()),
+        ] {
+            if set {
+                let kind = target.kind.as_str();
+                let message =
+                    format!("only a kubernetes target has `{field}` (this one is {kind})");
+                self.error(file, format!("{at}.{field}"), message);
+            }
+        }
         match (&target.url_env, &target.url_file) {
             (None, None) => self.error(
                 file,
@@ -747,6 +787,21 @@ impl Validator {
                 let tree = Value::String(format!("{{{{ {when} }}}}"));
                 self.check_reads(file, &format!("{at}[{i}].when"), &tree, &keys, later);
             }
+            let extra = (step
+                .readiness
+                .iter()
+                .enumerate()
+                .map(|(j, t)| (format!("readiness[{j}]"), t)))
+            .chain(
+                step.read
+                    .iter()
+                    .enumerate()
+                    .map(|(j, t)| (format!("read[{j}]"), t)),
+            )
+            .chain(step.secret.iter().map(|t| ("secret".to_owned(), t)));
+            for (field, tree) in extra {
+                self.check_reads(file, &format!("{at}[{i}].{field}"), tree, &keys, later);
+            }
             for (j, name) in step.outputs.iter().enumerate() {
                 if !is_registry_key(name) {
                     let field = format!("{at}[{i}].outputs[{j}]");
@@ -843,6 +898,10 @@ impl Validator {
                 ),
             }
             self.resolve_templates(file, &at, step, renderer, known);
+            if step.secret.is_some() && !allowed.contains(&Phase::Bind) {
+                let message = "only a binding's steps publish credentials as a `secret`";
+                self.error(file, format!("{at}.secret"), message);
+            }
             if let Some(when) = &step.when
                 && let Err(e) = renderer.check(&Value::String(format!("{{{{ {when} }}}}")))
             {
@@ -899,6 +958,17 @@ impl Validator {
                     "templates are applied by a `target` step; add `target: NAME`",
                 );
             }
+            for (field, set) in [
+                ("readiness", !step.readiness.is_empty()),
+                ("read", !step.read.is_empty()),
+                ("secret", step.secret.is_some()),
+            ] {
+                if set {
+                    let message =
+                        format!("`{field}` belongs to a `target` step; add `target: NAME`");
+                    self.error(file, format!("{at}.{field}"), message);
+                }
+            }
             return;
         };
         if !known.targets.contains(target) {
@@ -915,13 +985,15 @@ impl Validator {
                 format!("unknown target {target:?} ({defined})"),
             );
         }
-        if step.templates.is_empty() {
+        let acts = step.secret.is_some() || !step.readiness.is_empty() || !step.read.is_empty();
+        if step.templates.is_empty() && !acts {
             self.error(
                 file,
                 format!("{at}.templates"),
-                "a `target` step needs at least one template",
+                "a `target` step needs at least one template (or `secret`, `readiness` or `read`)",
             );
         }
+        self.check_target_extras(file, at, step, renderer);
         for (j, entry) in step.templates.iter_mut().enumerate() {
             let field = format!("{at}.templates[{j}]");
             match entry {
@@ -942,6 +1014,72 @@ impl Validator {
             }
         }
     }
+}
+
+impl Validator {
+    /// Checks a target step's `readiness`, `read` and `secret` trees.
+    fn check_target_extras(&mut self, file: &str, at: &str, step: &Step, renderer: &Renderer) {
+        let trees = (step
+            .readiness
+            .iter()
+            .enumerate()
+            .map(|(j, t)| (format!("readiness[{j}]"), t)))
+        .chain(
+            step.read
+                .iter()
+                .enumerate()
+                .map(|(j, t)| (format!("read[{j}]"), t)),
+        )
+        .chain(step.secret.iter().map(|t| ("secret".to_owned(), t)));
+        for (field, tree) in trees {
+            let field = format!("{at}.{field}");
+            if !tree.is_object() {
+                self.error(file, field, "must be a mapping");
+                continue;
+            }
+            if let Err(e) = renderer.check(tree) {
+                self.template_error(file, &field, tree, &e);
+            }
+        }
+        for (j, read) in step.read.iter().enumerate() {
+            let field = format!("{at}.read[{j}].values");
+            let Some(values) = read.get("values").and_then(Value::as_object) else {
+                self.error(
+                    file,
+                    field,
+                    "maps registry keys (declared in `outputs`) to JSON pointers",
+                );
+                continue;
+            };
+            for key in values.keys() {
+                if !step.outputs.contains(key) {
+                    let message =
+                        format!("{key:?} is read but not declared in the step's `outputs`");
+                    self.error(file, format!("{field}.{key}"), message);
+                }
+            }
+        }
+        if let Some(secret) = &step.secret
+            && secret.get("name").is_none()
+        {
+            self.error(
+                file,
+                format!("{at}.secret"),
+                "needs `name`, the Secret's name",
+            );
+        }
+    }
+}
+
+/// Whether `name` is a DNS label (a Kubernetes namespace name).
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
 }
 
 /// Builds the served form of a plan; its schemas have already been checked.
@@ -1061,5 +1199,70 @@ mod tests {
                 "{expected}\n{errs:#?}"
             );
         }
+    }
+
+    #[test]
+    fn kubernetes_targets_and_their_step_fields_are_checked() {
+        let yaml = r#"
+targets:
+  cluster: {kind: kubernetes, url_env: X, namespace: {fixed: Team_A}}
+  pg: {kind: postgres, url_env: PG, namespace: per-instance}
+catalog:
+  services:
+  - {name: s, id: s1, description: d, bindable: true, plans: [{name: p, id: p1, description: d}]}
+blueprints:
+- service: s
+  plan: p
+  instance:
+    steps:
+    - {name: a, run: noop, readiness: [{kind: Pod}]}
+    - name: b
+      target: cluster
+      read: [{apiVersion: v1, kind: Secret, name: x, values: {password: /data/password}}]
+      outputs: [username]
+    - {name: c, target: cluster, secret: {name: x}}
+  binding:
+    steps:
+    - {name: s, target: cluster, secret: {}}
+    credentials: {type: t}
+"#;
+        let errs = errors(yaml);
+        for expected in [
+            "targets.cluster.url_env: a kubernetes target has no admin URL",
+            "targets.cluster.namespace.fixed: a namespace name is a DNS label",
+            "targets.pg.namespace: only a kubernetes target has `namespace` (this one is postgres)",
+            "instance.steps[0].readiness: `readiness` belongs to a `target` step",
+            "instance.steps[1].read[0].values.password: \"password\" is read but not declared",
+            "instance.steps[2].secret: only a binding's steps publish credentials",
+            "binding.steps[0].secret: needs `name`",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(expected)),
+                "{expected}\n{errs:#?}"
+            );
+        }
+        let fine = r#"
+targets:
+  cluster: {kind: kubernetes, namespace: per-instance, pvc_policy: retain}
+catalog:
+  services:
+  - {name: s, id: s1, description: d, bindable: true, plans: [{name: p, id: p1, description: d}]}
+blueprints:
+- service: s
+  plan: p
+  instance:
+    steps:
+    - name: db
+      target: cluster
+      templates: [{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}]
+      readiness: [{apiVersion: v1, kind: ConfigMap, name: x, jsonpath: "{.data.a}", equals: "1"}]
+      read: [{apiVersion: v1, kind: ConfigMap, name: x, values: {a: /data/a}}]
+      outputs: [a]
+  binding:
+    steps:
+    - {name: s, target: cluster, secret: {name: "b-{{ binding_id }}"}}
+    credentials: {type: t, value: "{{ registry('a') }}"}
+"#;
+        load_str("fine.yaml", fine).unwrap();
     }
 }

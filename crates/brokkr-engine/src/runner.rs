@@ -591,10 +591,24 @@ impl Engine {
             TargetError::Invalid(reason) => StepOutcome::Fail(reason),
         };
         if non_blocking(kind) {
+            if let Some(secret) = &step.secret {
+                let unpublished = match self.secret_name(secret, context) {
+                    Ok(name) => target.unpublish_credentials(&name, scope).await,
+                    Err(reason) => return StepOutcome::Fail(reason),
+                };
+                if let Err(e) = unpublished {
+                    return failed(e);
+                }
+            }
             for resource in resources.iter().rev() {
                 if let Err(e) = target.delete(resource, scope).await {
                     return failed(e);
                 }
+            }
+            if kind == OpKind::Deprovision
+                && let Err(e) = target.released(scope).await
+            {
+                return failed(e);
             }
             return StepOutcome::Done;
         }
@@ -615,7 +629,92 @@ impl Engine {
                 Err(e) => return failed(e),
             }
         }
-        StepOutcome::Done
+        let (checks, reads) = match (
+            self.inner.evaluator.resources(&step.readiness, context),
+            self.inner.evaluator.resources(&step.read, context),
+        ) {
+            (Ok(checks), Ok(reads)) => (checks, reads),
+            (Err(e), _) | (_, Err(e)) => return StepOutcome::Fail(e.to_string()),
+        };
+        for check in &checks {
+            match target.check(check, scope).await {
+                Ok(Readiness::Ready) => {}
+                Ok(Readiness::Waiting(reason)) => return StepOutcome::retry(wait, reason),
+                Err(e) => return failed(e),
+            }
+        }
+        let mut values = Map::new();
+        for read in &reads {
+            match target.read(read, scope).await {
+                Ok(read) => values.extend(read),
+                Err(e) => return failed(e),
+            }
+        }
+        match values.is_empty() {
+            true => StepOutcome::Done,
+            false => StepOutcome::Produced(values),
+        }
+    }
+
+    /// Renders a step's `secret: {name}` to the name its credentials are published under.
+    fn secret_name(&self, secret: &Value, context: &Value) -> Result<String, String> {
+        let rendered = self.inner.evaluator.renderer.render(secret, context);
+        match rendered.map_err(|e| format!("secret: {e}"))?.get("name") {
+            Some(Value::String(name)) => Ok(name.clone()),
+            _ => Err("secret: `name` must render to a string".into()),
+        }
+    }
+
+    /// Writes a bind's credentials where its steps with `secret` say; records where in the
+    /// binding's outputs (`secrets`).
+    async fn publish(
+        &self,
+        r: &Resource,
+        credentials: &Value,
+        outputs: &mut Value,
+    ) -> Result<Result<(), String>, StoreError> {
+        let steps: Vec<&Step> =
+            r.op.plan
+                .steps
+                .iter()
+                .filter(|s| s.secret.is_some())
+                .collect();
+        if steps.is_empty() {
+            return Ok(Ok(()));
+        }
+        let context = self.template_context(r, &r.op).await?;
+        let empty = Map::new();
+        let credentials = credentials.as_object().unwrap_or(&empty);
+        let mut published = Vec::new();
+        for step in steps {
+            let (Some(secret), Some(name)) = (&step.secret, &step.target) else {
+                continue;
+            };
+            let Some(target) = self.inner.targets.get(name) else {
+                return Ok(Err(format!("no target named {name:?} is configured")));
+            };
+            let scope = Scope {
+                instance_id: &r.key.instance_id,
+                binding_id: r.key.binding_id.as_deref(),
+                service_id: &r.service_id,
+                plan_id: &r.plan_id,
+                step: &step.name,
+                context: &context["instance"]["context"],
+            };
+            let secret_name = match self.secret_name(secret, &context) {
+                Ok(secret_name) => secret_name,
+                Err(reason) => return Ok(Err(format!("step '{}': {reason}", step.name))),
+            };
+            match target
+                .publish_credentials(&secret_name, credentials, &scope)
+                .await
+            {
+                Ok(at) => published.push(at),
+                Err(e) => return Ok(Err(format!("step '{}': {e}", step.name))),
+            }
+        }
+        outputs["secrets"] = Value::Array(published);
+        Ok(Ok(()))
     }
 
     /// The values templates and step kinds see for an operation on `r`. An update sees the
@@ -703,16 +802,18 @@ impl Engine {
                 let Some(instance) = instance.filter(|i| i.status == Status::Ready) else {
                     return Ok(Err("the instance no longer exists".into()));
                 };
-                match self.credentials(&instance, r) {
-                    Ok(credentials) => Finish {
-                        outputs: Some({
-                            let mut outputs = r.outputs.clone();
-                            outputs["credentials"] = credentials;
-                            outputs
-                        }),
-                        ..ok("bound", Status::Ready)
-                    },
+                let credentials = match self.credentials(&instance, r) {
+                    Ok(credentials) => credentials,
                     Err(reason) => return Ok(Err(reason.to_string())),
+                };
+                let mut outputs = r.outputs.clone();
+                if let Err(reason) = self.publish(r, &credentials, &mut outputs).await? {
+                    return Ok(Err(reason));
+                }
+                outputs["credentials"] = credentials;
+                Finish {
+                    outputs: Some(outputs),
+                    ..ok("bound", Status::Ready)
                 }
             }
         }))

@@ -9,10 +9,16 @@
 //! Targets for shared servers: [`postgres`], [`mysql`] (MySQL 8 and MariaDB) and [`redis`]
 //! (Redis 6+ ACLs). Each quotes every identifier and literal it sends by construction and
 //! refuses names its server would truncate or misread; admin credentials come from an
-//! environment variable or a file and never appear in errors or logs.
+//! environment variable or a file and never appear in errors or logs. [`kubernetes`] applies
+//! resources as objects of a cluster.
 //!
 //! [`Targets`] builds the targets a configuration declares and the facts templates see about
 //! them (`targets.NAME.host`, `targets.NAME.port`, `targets.NAME.kind`).
+//!
+//! Beyond apply, delete and ready, a target may offer readiness checks a step declares
+//! ([`Target::check`]), values read back from what it created ([`Target::read`]), a place to
+//! publish a binding's credentials ([`Target::publish_credentials`]) and clean-up once a
+//! deprovision step removed everything ([`Target::released`]); the defaults say it does not.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,9 +26,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use brokkr_blueprint::{TargetConfig, TargetKind};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 mod admin_url;
+pub mod kubernetes;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
@@ -85,6 +92,53 @@ pub trait Target: Send + Sync {
     }
     /// Checks a rendered resource's shape without contacting the server.
     fn validate(&self, resource: &Value) -> Result<(), TargetError>;
+    /// Runs one of a step's rendered `readiness` checks.
+    async fn check(&self, check: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError> {
+        let _ = (check, scope);
+        Err(TargetError::Invalid(
+            "this target has no readiness checks; remove the step's `readiness`".into(),
+        ))
+    }
+    /// Reads values from what the target holds, as one of a step's rendered `read` entries says.
+    async fn read(
+        &self,
+        spec: &Value,
+        scope: &Scope<'_>,
+    ) -> Result<Map<String, Value>, TargetError> {
+        let _ = (spec, scope);
+        Err(TargetError::Invalid(
+            "this target cannot read values back; remove the step's `read`".into(),
+        ))
+    }
+    /// Writes a binding's credentials under `name`; returns where (shown to operators).
+    async fn publish_credentials(
+        &self,
+        name: &str,
+        credentials: &Map<String, Value>,
+        scope: &Scope<'_>,
+    ) -> Result<Value, TargetError> {
+        let _ = (name, credentials, scope);
+        Err(TargetError::Invalid(
+            "this target cannot hold credentials; remove the step's `secret`".into(),
+        ))
+    }
+    /// Removes the credentials written under `name`; succeeds when they are already gone.
+    async fn unpublish_credentials(
+        &self,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), TargetError> {
+        let _ = (name, scope);
+        Err(TargetError::Invalid(
+            "this target cannot hold credentials; remove the step's `secret`".into(),
+        ))
+    }
+    /// After a deprovision step deleted all its resources: removes what the target made for the
+    /// instance on its own (a namespace it created).
+    async fn released(&self, scope: &Scope<'_>) -> Result<(), TargetError> {
+        let _ = scope;
+        Ok(())
+    }
 }
 
 /// The targets of a configuration, by name, with the facts templates see about them.
@@ -101,14 +155,25 @@ impl Targets {
     pub fn from_config(config: &BTreeMap<String, TargetConfig>) -> Result<Self, TargetError> {
         let mut targets = Self::default();
         for (name, target) in config {
-            let url = AdminUrl::resolve(name, target)?;
             let timeout = target.timeout.unwrap_or(Duration::from_secs(10));
-            let built: Arc<dyn Target> = match target.kind {
-                TargetKind::Postgres => Arc::new(postgres::Postgres::new(name, &url, timeout)?),
-                TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, &url, timeout)?),
-                TargetKind::Redis => Arc::new(redis::Redis::new(name, &url, timeout)?),
+            let (built, facts): (Arc<dyn Target>, Value) = match target.kind {
+                TargetKind::Kubernetes => (
+                    Arc::new(kubernetes::Kubernetes::new(name, target)),
+                    kubernetes::facts(target),
+                ),
+                kind => {
+                    let url = AdminUrl::resolve(name, target)?;
+                    let built: Arc<dyn Target> = match kind {
+                        TargetKind::Postgres => {
+                            Arc::new(postgres::Postgres::new(name, &url, timeout)?)
+                        }
+                        TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, &url, timeout)?),
+                        _ => Arc::new(redis::Redis::new(name, &url, timeout)?),
+                    };
+                    (built, facts(target, &url))
+                }
             };
-            targets.insert(name, built, facts(target, &url));
+            targets.insert(name, built, facts);
         }
         Ok(targets)
     }
@@ -143,6 +208,9 @@ pub fn facts(target: &TargetConfig, url: &AdminUrl) -> Value {
 /// render` on a workstation): from the URL when it can be read, else the configured host and
 /// port, else the placeholder host `NAME.invalid` and the kind's usual port.
 pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
+    if target.kind == TargetKind::Kubernetes {
+        return kubernetes::facts(target);
+    }
     if let Ok(url) = AdminUrl::resolve(name, target) {
         return facts(target, &url);
     }
@@ -150,6 +218,7 @@ pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
         TargetKind::Postgres => 5432,
         TargetKind::Mysql => 3306,
         TargetKind::Redis => 6379,
+        TargetKind::Kubernetes => 443,
     };
     json!({
         "kind": target.kind.as_str(),

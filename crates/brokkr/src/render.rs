@@ -250,11 +250,25 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         attrs: &attrs,
         registry: &Value::Null,
     };
-    let instance_registry = evaluator.registry(&blueprint.instance.registry, &instance, None)?;
+    let mut instance_registry =
+        evaluator.registry(&blueprint.instance.registry, &instance, None)?;
+    // Values steps produce (read from a cluster, returned by a call) are unknown here: a
+    // placeholder (`KEY_from_step_STEP`) stands in, masked like a secret since it may be one.
+    for step in &blueprint.instance.steps {
+        for key in &step.outputs {
+            let placeholder = format!("{key}_from_step_{}", step.name.replace(' ', "_"));
+            instance_registry
+                .entry(key.clone())
+                .or_insert(Value::String(placeholder));
+        }
+    }
     let instance_registry = Value::Object(instance_registry);
     instance.registry = &instance_registry;
     let mut documents = Vec::new();
-    let secrets = secret_keys(&blueprint.instance.registry);
+    let mut secrets = secret_keys(&blueprint.instance.registry);
+    secrets.extend(
+        (blueprint.instance.steps.iter()).flat_map(|s| s.outputs.iter().map(String::as_str)),
+    );
     if args.show_registry {
         let shown = masked(
             instance_registry.as_object().expect("a map"),
@@ -508,6 +522,10 @@ blueprints:
             host: host.map(str::to_owned),
             port: None,
             timeout: None,
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            pvc_policy: None,
         };
         let targets = [
             (

@@ -1,0 +1,644 @@
+//! The Kubernetes catalogs end to end through the OSB API: provision, readiness, bind (a
+//! servicebinding.io Secret), update, unbind and deprovision of the catalogs/manifests PostgreSQL
+//! plan and of a catalogs/kubedb plan.
+//!
+//! The fast tests run against the in-memory fake API server. The `#[ignore]`d ones run the same
+//! flows against a real cluster (`BROKKR_E2E_KUBECONFIG=… cargo test -p brokkr-broker --test
+//! kubernetes -- --ignored`) that needs only kube-apiserver, etcd and kube-controller-manager: with
+//! no kubelet, Pods stay Pending, so the tests set the status readiness waits for (a Pod's Ready
+//! condition, a KubeDB resource's phase) and create what KubeDB would (its auth Secret).
+
+#[macro_use]
+mod harness;
+
+use std::time::Duration;
+
+use brokkr_targets::kubernetes::fake::FakeCluster;
+use harness::*;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const MANIFESTS: &str = include_str!("../../../catalogs/manifests/manifests.yaml");
+const KUBEDB: &str = include_str!("../../../catalogs/kubedb/kubedb.yaml");
+const PG: &str = "7a1d0c52-9f3e-4b8a-a1c4-5d2e6f7a8b01";
+const PG_SMALL: &str = "7a1d0c52-9f3e-4b8a-a1c4-5d2e6f7a8b11";
+const PG_MEDIUM: &str = "7a1d0c52-9f3e-4b8a-a1c4-5d2e6f7a8b12";
+const KUBEDB_PG: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e01";
+const KUBEDB_PG_SMALL: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e11";
+
+/// The cluster a flow runs against: the fake, or a real one.
+enum Cluster {
+    Fake(FakeCluster),
+    Real(kube::Client),
+}
+
+impl Cluster {
+    async fn api(&self, api_version: &str, kind: &str, ns: Option<&str>) -> Api<DynamicObject> {
+        let client = match self {
+            Self::Fake(fake) => fake.client(),
+            Self::Real(client) => client.clone(),
+        };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+        match ns {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        }
+    }
+
+    async fn get(&self, api_version: &str, kind: &str, ns: &str, name: &str) -> Option<Value> {
+        let api = self.api(api_version, kind, Some(ns)).await;
+        let found = api.get_opt(name).await.unwrap();
+        found.map(|o| serde_json::to_value(o).unwrap())
+    }
+
+    async fn create(&self, object: Value) {
+        let ns = object["metadata"]["namespace"].as_str();
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let api = self
+            .api(api_version, object["kind"].as_str().unwrap(), ns)
+            .await;
+        let object: DynamicObject = serde_json::from_value(object).unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+
+    async fn set_status(&self, api_version: &str, kind: &str, ns: &str, name: &str, status: Value) {
+        let api = self.api(api_version, kind, Some(ns)).await;
+        let patch = json!({"status": status});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Makes a one-replica StatefulSet ready: on the fake, its status; on a real cluster, the
+    /// Ready condition of its Pod, from which the StatefulSet controller computes its status.
+    async fn make_ready(&self, ns: &str, name: &str) {
+        let sts = eventually(|| async {
+            let live = self.get("apps/v1", "StatefulSet", ns, name).await?;
+            let seen = live["status"]["observedGeneration"] == live["metadata"]["generation"];
+            (seen || matches!(self, Self::Fake(_))).then_some(live)
+        })
+        .await;
+        match self {
+            Self::Fake(_) => {
+                let generation = sts["metadata"]["generation"].clone();
+                let status = json!({"observedGeneration": generation, "replicas": 1,
+                    "readyReplicas": 1, "availableReplicas": 1,
+                    "currentRevision": format!("{name}-{generation}"),
+                    "updateRevision": format!("{name}-{generation}")});
+                self.set_status("apps/v1", "StatefulSet", ns, name, status)
+                    .await;
+            }
+            Self::Real(_) => {
+                let pod = format!("{name}-0");
+                // After an update the controller replaces the Pod: wait for one of the new
+                // revision.
+                let revision = sts["status"]["updateRevision"].clone();
+                eventually(|| async {
+                    let found = self.get("v1", "Pod", ns, &pod).await?;
+                    let labels = &found["metadata"]["labels"];
+                    let current = labels["controller-revision-hash"] == revision;
+                    (current && found["metadata"]["deletionTimestamp"].is_null()).then_some(())
+                })
+                .await;
+                let now = "2026-01-01T00:00:00Z";
+                let ready = json!({"phase": "Running", "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]});
+                self.set_status("v1", "Pod", ns, &pod, ready).await;
+            }
+        }
+    }
+
+    /// The claim the StatefulSet controller makes from the template `data` (the fake has no
+    /// controller, so the test makes it there).
+    async fn claim(&self, ns: &str, sts: &str) -> String {
+        let name = format!("data-{sts}-0");
+        if let Self::Fake(_) = self {
+            let live = self.get("apps/v1", "StatefulSet", ns, sts).await.unwrap();
+            let labels = live["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"].clone();
+            self.create(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}))
+                .await;
+        }
+        eventually(|| async { self.get("v1", "PersistentVolumeClaim", ns, &name).await }).await;
+        name
+    }
+}
+
+/// Polls `probe` until it returns something (60 s at most).
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(probe: impl Fn() -> F) -> T {
+    for _ in 0..600 {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("gave up waiting");
+}
+
+/// The name the catalogs give an instance's objects.
+fn object_name(prefix: &str, instance_id: &str) -> String {
+    let hash: String = Sha256::digest(instance_id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{prefix}-{}", &hash[..12])
+}
+
+fn binding_secret(name: &str, binding_id: &str) -> String {
+    let hash: String = Sha256::digest(binding_id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{name}-b-{}", &hash[..10])
+}
+
+async fn broker(catalog: &str, kubeconfig: &str) -> TestBroker {
+    let yaml = catalog.replace(
+        "    kind: kubernetes\n",
+        &format!("    kind: kubernetes\n    kubeconfig: {kubeconfig}\n"),
+    );
+    start_with(Backend::Sqlite, &yaml).await
+}
+
+impl TestBroker {
+    /// Polls a last_operation until it is terminal (`timeout` at most), or until its
+    /// description contains `until`.
+    async fn poll(&self, path: &str, until: Option<&str>) -> Reply {
+        let mut last = Value::Null;
+        for _ in 0..1200 {
+            let r = self.get(path).await;
+            last = r.body.clone();
+            assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+            if r.body["state"] != "in progress" {
+                return r;
+            }
+            if until.is_some_and(|u| r.description().contains(u)) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{path} never got there: {last}");
+    }
+}
+
+fn ok(r: &Reply) {
+    assert_eq!(r.body["state"], "succeeded", "{:?}", r.body);
+}
+
+/// Decodes every entry of a Secret's `data`.
+fn entries(secret: &Value) -> serde_json::Map<String, Value> {
+    use base64::Engine as _;
+    let data = secret["data"].as_object().unwrap();
+    data.iter()
+        .map(|(k, v)| {
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap();
+            (k.clone(), Value::String(String::from_utf8(b).unwrap()))
+        })
+        .collect()
+}
+
+/// provision → ready → bind → update → unbind → deprovision of the manifests PostgreSQL plan.
+async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
+    let broker = broker(MANIFESTS, kubeconfig).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let name = object_name("pg", &id);
+    let instance = format!("/v2/service_instances/{id}");
+    let last = format!("{instance}/last_operation");
+    let r = broker
+        .put(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_SMALL,
+                "context": {"platform": "kubernetes", "namespace": ns},
+                "parameters": {"version": "16", "storage": "1Gi"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let waiting = broker
+        .poll(
+            &last,
+            Some(&format!("waiting for StatefulSet {name} to be ready")),
+        )
+        .await;
+    assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
+
+    // Every object is there, labelled, in the namespace from the OSB context.
+    for (api_version, kind, object) in [
+        ("v1", "Secret", format!("{name}-auth")),
+        ("v1", "Service", name.clone()),
+        ("apps/v1", "StatefulSet", name.clone()),
+    ] {
+        let live = cluster.get(api_version, kind, ns, &object).await;
+        let live = live.unwrap_or_else(|| panic!("{kind} {object}"));
+        let labels = &live["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "brokkr", "{kind}");
+        assert_eq!(labels["brokkr.dev/instance-id"], id.as_str(), "{kind}");
+        assert_eq!(labels["brokkr.dev/service"], PG, "{kind}");
+        assert_eq!(labels["brokkr.dev/plan"], PG_SMALL, "{kind}");
+        assert_eq!(labels["brokkr.dev/step"], "server", "{kind}");
+    }
+    let sts = cluster
+        .get("apps/v1", "StatefulSet", ns, &name)
+        .await
+        .unwrap();
+    let container = &sts["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "postgres:16");
+    assert_eq!(container["resources"]["limits"]["memory"], "512Mi");
+    let claim_template = &sts["spec"]["volumeClaimTemplates"][0];
+    assert_eq!(
+        claim_template["spec"]["resources"]["requests"]["storage"],
+        "1Gi"
+    );
+    assert_eq!(
+        claim_template["metadata"]["labels"]["brokkr.dev/instance-id"],
+        id.as_str()
+    );
+
+    cluster.make_ready(ns, &name).await;
+    ok(&broker.poll(&last, None).await);
+    let claim = cluster.claim(ns, &name).await;
+
+    // Bind: the credentials, and the same as a servicebinding.io Secret.
+    let b = uuid::Uuid::new_v4().to_string();
+    let binding = format!("{instance}/service_bindings/{b}");
+    let r = broker
+        .put(
+            &format!("{binding}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_SMALL}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    let credentials = broker.get(&binding).await.body["credentials"].clone();
+    assert_eq!(credentials["type"], "postgresql");
+    assert_eq!(credentials["host"], format!("{name}.{ns}.svc"));
+    let secret_name = binding_secret(&name, &b);
+    let secret = cluster.get("v1", "Secret", ns, &secret_name).await.unwrap();
+    assert_eq!(secret["type"], "servicebinding.io/postgresql");
+    let written = entries(&secret);
+    for key in [
+        "type", "provider", "host", "username", "password", "database", "uri",
+    ] {
+        assert_eq!(written[key], credentials[key], "{key}");
+    }
+    assert_eq!(written["port"], "5432");
+    let auth = entries(
+        &cluster
+            .get("v1", "Secret", ns, &format!("{name}-auth"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(written["password"], auth["password"]);
+    assert_eq!(
+        secret["metadata"]["labels"]["brokkr.dev/binding-id"],
+        b.as_str()
+    );
+
+    // Update to medium: the StatefulSet changes, and the update waits for it again.
+    let r = broker
+        .patch(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_MEDIUM, "parameters": {"version": "17"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let sts = eventually(|| async {
+        let live = cluster.get("apps/v1", "StatefulSet", ns, &name).await?;
+        (live["metadata"]["labels"]["brokkr.dev/plan"] == PG_MEDIUM).then_some(live)
+    })
+    .await;
+    let container = &sts["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "postgres:17");
+    assert_eq!(container["resources"]["limits"]["memory"], "2Gi");
+    let claim_template = &sts["spec"]["volumeClaimTemplates"][0];
+    assert_eq!(
+        claim_template["spec"]["resources"]["requests"]["storage"], "1Gi",
+        "kept"
+    );
+    cluster.make_ready(ns, &name).await;
+    ok(&broker.poll(&last, None).await);
+
+    // Unbind removes the Secret.
+    let r = broker
+        .delete(&format!(
+            "{binding}?accepts_incomplete=true&service_id={PG}&plan_id={PG_MEDIUM}"
+        ))
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    assert!(
+        cluster
+            .get("v1", "Secret", ns, &secret_name)
+            .await
+            .is_none()
+    );
+
+    // Deprovision removes everything, the claim too (pvc_policy: delete).
+    let r = broker
+        .delete(&format!(
+            "{instance}?accepts_incomplete=true&service_id={PG}&plan_id={PG_MEDIUM}"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let done = broker.poll(&last, None).await;
+    ok(&done);
+    assert!(!done.description().contains("skipped"), "{:?}", done.body);
+    for (api_version, kind, object) in [
+        ("apps/v1", "StatefulSet", name.clone()),
+        ("v1", "Service", name.clone()),
+        ("v1", "Secret", format!("{name}-auth")),
+        ("v1", "PersistentVolumeClaim", claim),
+    ] {
+        let gone = cluster.get(api_version, kind, ns, &object).await;
+        assert!(
+            gone.is_none() || gone.unwrap()["metadata"]["deletionTimestamp"].is_string(),
+            "{kind} {object} is still there"
+        );
+    }
+}
+
+/// provision → KubeDB ready → credentials read back → bind → unbind → deprovision of the
+/// KubeDB PostgreSQL small plan.
+async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
+    let broker = broker(KUBEDB, kubeconfig).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let name = object_name("pg", &id);
+    let instance = format!("/v2/service_instances/{id}");
+    let last = format!("{instance}/last_operation");
+    let r = broker
+        .put(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL,
+                "context": {"platform": "kubernetes", "namespace": ns},
+                "parameters": {"storage": "1Gi"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let waiting = broker
+        .poll(
+            &last,
+            Some(&format!(
+                "waiting for Postgres {name} $.status.phase to be Ready"
+            )),
+        )
+        .await;
+    assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
+    let pg = cluster
+        .get("kubedb.com/v1", "Postgres", ns, &name)
+        .await
+        .unwrap();
+    assert_eq!(pg["spec"]["version"], "16.4");
+    assert_eq!(pg["spec"]["authSecret"]["name"], format!("{name}-auth"));
+    assert_eq!(
+        pg["spec"]["storage"]["resources"]["requests"]["storage"],
+        "1Gi"
+    );
+    assert_eq!(
+        pg["metadata"]["labels"]["brokkr.dev/instance-id"],
+        id.as_str()
+    );
+
+    // What KubeDB would do: create the auth Secret, then report Ready.
+    cluster
+        .create(
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/basic-auth",
+            "metadata": {"name": format!("{name}-auth"), "namespace": ns},
+            "stringData": {"username": "postgres", "password": "kubedb-made-this"}}),
+        )
+        .await;
+    cluster
+        .set_status(
+            "kubedb.com/v1",
+            "Postgres",
+            ns,
+            &name,
+            json!({"phase": "Ready",
+            "conditions": [{"type": "Ready", "status": "True"}]}),
+        )
+        .await;
+    ok(&broker.poll(&last, None).await);
+
+    let b = uuid::Uuid::new_v4().to_string();
+    let binding = format!("{instance}/service_bindings/{b}");
+    let r = broker
+        .put(
+            &format!("{binding}?accepts_incomplete=true"),
+            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    let credentials = broker.get(&binding).await.body["credentials"].clone();
+    assert_eq!(credentials["username"], "postgres");
+    assert_eq!(credentials["password"], "kubedb-made-this");
+    let secret_name = binding_secret(&name, &b);
+    let secret = cluster.get("v1", "Secret", ns, &secret_name).await.unwrap();
+    assert_eq!(secret["type"], "servicebinding.io/postgresql");
+    assert_eq!(entries(&secret)["provider"], "kubedb");
+
+    let r = broker
+        .delete(&format!(
+            "{binding}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
+        ))
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    assert!(
+        cluster
+            .get("v1", "Secret", ns, &secret_name)
+            .await
+            .is_none()
+    );
+    let r = broker
+        .delete(&format!(
+            "{instance}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    ok(&broker.poll(&last, None).await);
+    assert!(
+        cluster
+            .get("kubedb.com/v1", "Postgres", ns, &name)
+            .await
+            .is_none()
+    );
+}
+
+async fn fake() -> (Cluster, tempfile::TempDir, String) {
+    let fake = FakeCluster::start().await;
+    fake.add_kind("kubedb.com", "v1", "Postgres", "postgreses", true);
+    fake.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, fake.kubeconfig()).unwrap();
+    (Cluster::Fake(fake), dir, path.display().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn manifests_postgres_lifecycle_on_the_fake() {
+    let (cluster, _dir, kubeconfig) = fake().await;
+    manifests_postgres(&cluster, &kubeconfig, "team-a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubedb_postgres_lifecycle_on_the_fake() {
+    let (cluster, _dir, kubeconfig) = fake().await;
+    kubedb_postgres(&cluster, &kubeconfig, "team-a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_namespace_missing_from_the_context_fails_the_provision() {
+    let (_cluster, _dir, kubeconfig) = fake().await;
+    let broker = broker(MANIFESTS, &kubeconfig).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let r = broker
+        .put(
+            &format!("/v2/service_instances/{id}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let done = broker
+        .poll(&format!("/v2/service_instances/{id}/last_operation"), None)
+        .await;
+    assert_eq!(done.body["state"], "failed");
+    assert!(
+        done.description().contains("no `namespace`"),
+        "{:?}",
+        done.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_per_instance_namespace_lives_as_long_as_its_instance() {
+    let (cluster, _dir, kubeconfig) = fake().await;
+    let catalog = MANIFESTS.replace("namespace: from-context", "namespace: per-instance");
+    let broker = broker(&catalog, &kubeconfig).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let name = object_name("pg", &id);
+    let ns = brokkr_targets::kubernetes::instance_namespace(&id);
+    let instance = format!("/v2/service_instances/{id}");
+    let last = format!("{instance}/last_operation");
+    let r = broker
+        .put(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    broker.poll(&last, Some("waiting for StatefulSet")).await;
+    let Cluster::Fake(fake) = &cluster else {
+        unreachable!()
+    };
+    assert!(fake.get("v1", "Namespace", None, &ns).is_some());
+    cluster.make_ready(&ns, &name).await;
+    ok(&broker.poll(&last, None).await);
+    let r = broker
+        .delete(&format!(
+            "{instance}?accepts_incomplete=true&service_id={PG}&plan_id={PG_SMALL}"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    ok(&broker.poll(&last, None).await);
+    assert!(fake.get("v1", "Namespace", None, &ns).is_none());
+}
+
+/// A real cluster from BROKKR_E2E_KUBECONFIG, and a fresh namespace in it.
+async fn real() -> (Cluster, String, String) {
+    let path = std::env::var("BROKKR_E2E_KUBECONFIG")
+        .expect("BROKKR_E2E_KUBECONFIG: a kubeconfig for the end-to-end cluster");
+    let file = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .unwrap();
+    let cluster = Cluster::Real(kube::Client::try_from(config).unwrap());
+    let ns = format!(
+        "brokkr-e2e-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    cluster
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+        .await;
+    // The namespace's default ServiceAccount is needed before Pods can be created.
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "default", "namespace": ns}});
+    if cluster
+        .get("v1", "ServiceAccount", &ns, "default")
+        .await
+        .is_none()
+    {
+        let Cluster::Real(client) = &cluster else {
+            unreachable!()
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &ns,
+            &kube::api::ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ServiceAccount")),
+        );
+        let sa: DynamicObject = serde_json::from_value(sa).unwrap();
+        let _ = api.create(&PostParams::default(), &sa).await;
+    }
+    (cluster, path, ns)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+async fn manifests_postgres_lifecycle_on_a_cluster() {
+    let (cluster, kubeconfig, ns) = real().await;
+    manifests_postgres(&cluster, &kubeconfig, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+async fn kubedb_postgres_lifecycle_on_a_cluster() {
+    let (cluster, kubeconfig, ns) = real().await;
+    // KubeDB's Postgres CRD with a minimal schema: anything in spec and status.
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "postgreses.kubedb.com"},
+        "spec": {"group": "kubedb.com", "scope": "Namespaced",
+            "names": {"plural": "postgreses", "singular": "postgres", "kind": "Postgres",
+                "listKind": "PostgresList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let Cluster::Real(client) = &cluster else {
+        unreachable!()
+    };
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+        )),
+    );
+    let crd: DynamicObject = serde_json::from_value(crd).unwrap();
+    crds.patch(
+        "postgreses.kubedb.com",
+        &PatchParams::apply("brokkr-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    let gvk = GroupVersionKind::gvk("kubedb.com", "v1", "Postgres");
+    eventually(|| async { kube::discovery::pinned_kind(client, &gvk).await.ok() }).await;
+    kubedb_postgres(&cluster, &kubeconfig, &ns).await;
+}

@@ -1,0 +1,723 @@
+//! The `kubernetes` target: a plan's resources are Kubernetes objects of any kind (CRDs too).
+//!
+//! Each rendered resource is a full manifest (`apiVersion`, `kind`, `metadata.name`, …). brokkr
+//! resolves its kind by discovery, places it in the namespace the target's policy gives
+//! (`fixed`, `from-context` or `per-instance`), labels it and applies it server-side with the
+//! field manager `brokkr`:
+//!
+//! | label | value |
+//! |---|---|
+//! | `app.kubernetes.io/managed-by` | `brokkr` |
+//! | `brokkr.dev/instance-id`, `brokkr.dev/binding-id` | the ids (hashed when not a valid label value; the full ids are in annotations of the same names) |
+//! | `brokkr.dev/service`, `brokkr.dev/plan` | the service offering and plan ids |
+//! | `brokkr.dev/step` | the blueprint step's name |
+//!
+//! A StatefulSet's `volumeClaimTemplates` get the managed-by and instance labels and
+//! `brokkr.dev/claim-of: <StatefulSet>`, so the claims it creates can be found again.
+//!
+//! [`Target::delete`] returns only once the object is gone (foreground deletion: its dependents
+//! go first); until then it answers [`TargetError::Unavailable`] ("waiting for StatefulSet pg to
+//! be deleted") and the engine polls it with a growing wait. Deleting a StatefulSet also deletes
+//! the claims of its volume claim templates, unless the PVC policy is `retain` (the target's
+//! `pvc_policy`, or the annotation `brokkr.dev/pvc-policy` on the rendered object); a rendered
+//! PersistentVolumeClaim follows the same policy. [`Target::prune`] deletes the objects labelled
+//! with the instance and step that an update no longer renders. [`readiness`] holds the
+//! built-in rules and the checks a step declares.
+//!
+//! A binding step may publish the bind's credentials as a Secret of type
+//! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::Scope as KubeScope;
+use kube::{Client, Config};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::OnceCell;
+use tracing::info;
+
+use crate::{Readiness, Scope, Target, TargetError};
+
+#[cfg(feature = "fake")]
+pub mod fake;
+mod names;
+mod namespace;
+pub mod readiness;
+
+pub use names::{
+    BINDING, CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PLAN, PVC_POLICY, SERVICE, STEP,
+    instance_namespace, label_value,
+};
+use names::{annotations, is_dns_subdomain, labels, merge_into};
+
+/// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
+const COMMON_KINDS: &[(&str, &str)] = &[
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("v1", "PersistentVolumeClaim"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"),
+    ("batch/v1", "Job"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+];
+
+/// What templates see about a kubernetes target: `kind` and the namespace policy.
+pub fn facts(target: &TargetConfig) -> Value {
+    let namespace = match &target.namespace {
+        Some(NamespacePolicy::Fixed(ns)) => json!({"fixed": ns}),
+        Some(NamespacePolicy::PerInstance) => json!("per-instance"),
+        Some(NamespacePolicy::FromContext) | None => json!("from-context"),
+    };
+    json!({"kind": "kubernetes", "namespace": namespace})
+}
+
+/// A Kubernetes cluster.
+pub struct Kubernetes {
+    name: String,
+    source: Source,
+    client: OnceCell<Client>,
+    namespace: NamespacePolicy,
+    pvc_policy: PvcPolicy,
+    kinds: Mutex<HashMap<(String, String), Kind>>,
+}
+
+/// Where the client's configuration comes from.
+struct Source {
+    kubeconfig: Option<String>,
+    context: Option<String>,
+    timeout: Duration,
+}
+
+/// A resolved kind.
+#[derive(Clone)]
+struct Kind {
+    resource: ApiResource,
+    namespaced: bool,
+}
+
+/// The identity of a rendered object.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ObjectRef {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    metadata: RefMeta,
+    /// Readiness checks and reads name the object at the top level.
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RefMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl ObjectRef {
+    fn name(&self) -> &str {
+        self.metadata
+            .name
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {}", self.kind, self.name())
+    }
+}
+
+/// A live object's place: its API and name.
+struct Located {
+    api: Api<DynamicObject>,
+    namespace: Option<String>,
+    what: String,
+}
+
+impl Kubernetes {
+    /// A target for the cluster `config` describes. The client is built on first use, so a
+    /// cluster that cannot be reached stops no one from starting.
+    pub fn new(name: &str, config: &TargetConfig) -> Self {
+        Self {
+            name: name.to_owned(),
+            source: Source {
+                kubeconfig: config.kubeconfig.clone(),
+                context: config.context.clone(),
+                timeout: config.timeout.unwrap_or(Duration::from_secs(10)),
+            },
+            client: OnceCell::new(),
+            namespace: config
+                .namespace
+                .clone()
+                .unwrap_or(NamespacePolicy::FromContext),
+            pvc_policy: config.pvc_policy.unwrap_or(PvcPolicy::Delete),
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A target that uses `client` (tests, embedding).
+    pub fn with_client(
+        name: &str,
+        client: Client,
+        namespace: NamespacePolicy,
+        pvc_policy: PvcPolicy,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            source: Source {
+                kubeconfig: None,
+                context: None,
+                timeout: Duration::from_secs(10),
+            },
+            client: OnceCell::new_with(Some(client)),
+            namespace,
+            pvc_policy,
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn client(&self) -> Result<&Client, TargetError> {
+        self.client
+            .get_or_try_init(|| async {
+                let source = &self.source;
+                let unavailable = |e: String| {
+                    TargetError::Unavailable(format!("kubernetes target {}: {e}", self.name))
+                };
+                let options = KubeConfigOptions {
+                    context: source.context.clone(),
+                    ..Default::default()
+                };
+                let mut config = match &source.kubeconfig {
+                    Some(path) => {
+                        let file = Kubeconfig::read_from(path)
+                            .map_err(|e| unavailable(format!("kubeconfig {path}: {e}")))?;
+                        Config::from_custom_kubeconfig(file, &options)
+                            .await
+                            .map_err(|e| unavailable(format!("kubeconfig {path}: {e}")))?
+                    }
+                    None if source.context.is_some() => Config::from_kubeconfig(&options)
+                        .await
+                        .map_err(|e| unavailable(format!("kubeconfig: {e}")))?,
+                    None => Config::infer()
+                        .await
+                        .map_err(|e| unavailable(format!("no cluster configuration: {e}")))?,
+                };
+                config.connect_timeout = Some(source.timeout);
+                config.read_timeout = Some(source.timeout.max(Duration::from_secs(30)));
+                Client::try_from(config).map_err(|e| unavailable(format!("client: {e}")))
+            })
+            .await
+    }
+
+    fn invalid(&self, message: impl std::fmt::Display) -> TargetError {
+        TargetError::Invalid(format!("kubernetes target {}: {message}", self.name))
+    }
+
+    /// Classifies an API error: conflicts, throttling, server errors and transport errors may
+    /// pass; the rest (refused, forbidden, not found) will not.
+    fn error(&self, doing: &str, e: kube::Error) -> TargetError {
+        match e {
+            kube::Error::Api(status) => {
+                let message = format!(
+                    "kubernetes target {}: {doing}: {} ({} {})",
+                    self.name, status.message, status.code, status.reason
+                );
+                match status.code {
+                    409 | 429 | 500.. => TargetError::Unavailable(message),
+                    _ => TargetError::Invalid(message),
+                }
+            }
+            other => TargetError::Unavailable(format!(
+                "kubernetes target {}: {doing}: {other}",
+                self.name
+            )),
+        }
+    }
+
+    fn object_ref(&self, value: &Value) -> Result<ObjectRef, TargetError> {
+        let r: ObjectRef = serde_json::from_value(value.clone()).map_err(|e| {
+            self.invalid(format!("an object needs apiVersion, kind and a name: {e}"))
+        })?;
+        if r.name().is_empty() {
+            return Err(self.invalid(format!("{} has no name", r.kind)));
+        }
+        Ok(r)
+    }
+
+    /// Resolves a kind by discovery, once per process.
+    async fn kind(
+        &self,
+        client: &Client,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Kind, TargetError> {
+        let key = (api_version.to_owned(), kind.to_owned());
+        if let Some(k) = self.kinds.lock().expect("lock").get(&key) {
+            return Ok(k.clone());
+        }
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, caps) = match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok(found) => found,
+            Err(kube::Error::Discovery(_)) => {
+                return Err(self.invalid(format!(
+                    "the cluster does not serve {kind} in {api_version} (is its CRD installed?)"
+                )));
+            }
+            Err(e) => return Err(self.error(&format!("discovering {kind} in {api_version}"), e)),
+        };
+        let resolved = Kind {
+            resource,
+            namespaced: caps.scope == KubeScope::Namespaced,
+        };
+        self.kinds
+            .lock()
+            .expect("lock")
+            .insert(key, resolved.clone());
+        Ok(resolved)
+    }
+
+    /// The namespace of the instance's namespaced objects.
+    fn namespace(&self, scope: &Scope<'_>) -> Result<String, TargetError> {
+        match &self.namespace {
+            NamespacePolicy::Fixed(ns) => Ok(ns.clone()),
+            NamespacePolicy::FromContext => scope.context["namespace"]
+                .as_str()
+                .filter(|ns| !ns.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    self.invalid(
+                        "the OSB context has no `namespace` (the target's namespace policy is \
+                         from-context)",
+                    )
+                }),
+            NamespacePolicy::PerInstance => Ok(instance_namespace(scope.instance_id)),
+        }
+    }
+
+    /// Where `r` lives: its API, resolved kind and namespace.
+    async fn locate(&self, r: &ObjectRef, scope: &Scope<'_>) -> Result<Located, TargetError> {
+        let client = self.client().await?;
+        let kind = self.kind(client, &r.api_version, &r.kind).await?;
+        let what = r.describe();
+        if !kind.namespaced {
+            let api = Api::all_with(client.clone(), &kind.resource);
+            return Ok(Located {
+                api,
+                namespace: None,
+                what,
+            });
+        }
+        let ns = self.namespace(scope)?;
+        if let Some(given) = &r.metadata.namespace
+            && *given != ns
+        {
+            return Err(self.invalid(format!(
+                "{what} sets metadata.namespace {given:?}, but the target places the instance's \
+                 objects in {ns:?}; remove metadata.namespace"
+            )));
+        }
+        let api = Api::namespaced_with(client.clone(), &ns, &kind.resource);
+        Ok(Located {
+            api,
+            namespace: Some(ns),
+            what,
+        })
+    }
+
+    async fn get(&self, at: &Located, name: &str) -> Result<Option<DynamicObject>, TargetError> {
+        at.api
+            .get_opt(name)
+            .await
+            .map_err(|e| self.error(&format!("reading {}", at.what), e))
+    }
+
+    /// Deletes `name` (foreground) and answers whether it is gone.
+    async fn delete_and_check(&self, at: &Located, name: &str) -> Result<bool, TargetError> {
+        match at.api.delete(name, &DeleteParams::foreground()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
+            Err(e) => return Err(self.error(&format!("deleting {}", at.what), e)),
+        }
+        Ok(self.get(at, name).await?.is_none())
+    }
+
+    /// The PVC policy for a rendered object.
+    fn pvc_policy(&self, resource: &Value) -> Result<PvcPolicy, TargetError> {
+        match resource["metadata"]["annotations"][PVC_POLICY].as_str() {
+            None => Ok(self.pvc_policy),
+            Some("delete") => Ok(PvcPolicy::Delete),
+            Some("retain") => Ok(PvcPolicy::Retain),
+            Some(other) => Err(self.invalid(format!(
+                "annotation {PVC_POLICY} is {other:?}; it is `delete` or `retain`"
+            ))),
+        }
+    }
+
+    /// Deletes the claims of a StatefulSet's volume claim templates; answers whether all are gone.
+    async fn delete_claims(
+        &self,
+        ns: &str,
+        statefulset: &str,
+        scope: &Scope<'_>,
+    ) -> Result<Option<String>, TargetError> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client().await?.clone(), ns);
+        let selector = format!(
+            "{INSTANCE}={},{CLAIM_OF}={}",
+            label_value(scope.instance_id),
+            label_value(statefulset)
+        );
+        let claims = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| {
+                self.error(
+                    &format!("listing the claims of StatefulSet {statefulset}"),
+                    e,
+                )
+            })?;
+        let mut waiting = None;
+        for claim in claims {
+            let name = claim.metadata.name.unwrap_or_default();
+            if claim.metadata.deletion_timestamp.is_none() {
+                match api.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                    Err(e) => {
+                        return Err(
+                            self.error(&format!("deleting PersistentVolumeClaim {name}"), e)
+                        );
+                    }
+                }
+            }
+            if api.get_opt(&name).await.ok().flatten().is_some() {
+                waiting = Some(format!(
+                    "waiting for PersistentVolumeClaim {name} to be deleted"
+                ));
+            }
+        }
+        Ok(waiting)
+    }
+
+    /// Adds brokkr's labels, annotations and namespace to a rendered object.
+    fn stamp(&self, resource: &Value, ns: Option<&str>, scope: &Scope<'_>) -> Value {
+        let mut body = resource.clone();
+        let metadata = &mut body["metadata"];
+        if let Some(ns) = ns {
+            metadata["namespace"] = json!(ns);
+        }
+        merge_into(&mut metadata["labels"], labels(scope));
+        merge_into(&mut metadata["annotations"], annotations(scope));
+        if body["kind"] == "StatefulSet"
+            && let Some(templates) = body["spec"]["volumeClaimTemplates"].as_array_mut()
+        {
+            let name = resource["metadata"]["name"].as_str().unwrap_or_default();
+            // Only labels that never change: volume claim templates are immutable.
+            let claim = json!({
+                MANAGED_BY: MANAGER,
+                INSTANCE: label_value(scope.instance_id),
+                CLAIM_OF: label_value(name),
+            });
+            for t in templates {
+                merge_into(
+                    &mut t["metadata"]["labels"],
+                    claim.as_object().cloned().unwrap_or_default(),
+                );
+            }
+        }
+        body
+    }
+
+    /// The label selector of the objects a step of `scope` applied.
+    fn step_selector(scope: &Scope<'_>) -> String {
+        let mut selector = format!(
+            "{MANAGED_BY}={MANAGER},{INSTANCE}={},{STEP}={}",
+            label_value(scope.instance_id),
+            label_value(scope.step)
+        );
+        match scope.binding_id {
+            Some(b) => selector.push_str(&format!(",{BINDING}={}", label_value(b))),
+            None => selector.push_str(&format!(",!{BINDING}")),
+        }
+        selector
+    }
+}
+
+#[async_trait]
+impl Target for Kubernetes {
+    async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
+        self.validate(resource)?;
+        let r = self.object_ref(resource)?;
+        let at = self.locate(&r, scope).await?;
+        if let (Some(ns), NamespacePolicy::PerInstance) = (&at.namespace, &self.namespace) {
+            self.ensure_namespace(ns, scope).await?;
+        }
+        let body = self.stamp(resource, at.namespace.as_deref(), scope);
+        let params = PatchParams::apply(MANAGER).force();
+        at.api
+            .patch(r.name(), &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| self.error(&format!("applying {}", at.what), e))?;
+        Ok(())
+    }
+
+    async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
+        let r = self.object_ref(resource)?;
+        let at = self.locate(&r, scope).await?;
+        let policy = self.pvc_policy(resource)?;
+        if r.kind == "PersistentVolumeClaim" && r.api_version == "v1" && policy == PvcPolicy::Retain
+        {
+            info!(target = %self.name, claim = r.name(), "PersistentVolumeClaim retained");
+            return Ok(());
+        }
+        if !self.delete_and_check(&at, r.name()).await? {
+            return Err(TargetError::Unavailable(format!(
+                "waiting for {} to be deleted",
+                at.what
+            )));
+        }
+        if r.kind == "StatefulSet"
+            && policy == PvcPolicy::Delete
+            && let Some(ns) = &at.namespace
+            && let Some(waiting) = self.delete_claims(ns, r.name(), scope).await?
+        {
+            return Err(TargetError::Unavailable(waiting));
+        }
+        Ok(())
+    }
+
+    async fn ready(&self, resource: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError> {
+        let r = self.object_ref(resource)?;
+        let at = self.locate(&r, scope).await?;
+        match self.get(&at, r.name()).await? {
+            None => Ok(Readiness::Waiting(format!(
+                "waiting for {} to be created",
+                at.what
+            ))),
+            Some(live) => {
+                readiness::builtin(&r.kind, &serde_json::to_value(live).unwrap_or_default())
+                    .map_err(|e| self.invalid(e))
+            }
+        }
+    }
+
+    async fn prune(&self, kept: &[Value], scope: &Scope<'_>) -> Result<(), TargetError> {
+        let mut refs = Vec::new();
+        for k in kept {
+            refs.push(self.object_ref(k)?);
+        }
+        let keep: BTreeSet<(String, String)> = refs
+            .iter()
+            .map(|r| (r.kind.clone(), r.name().to_owned()))
+            .collect();
+        let mut kinds: BTreeSet<(String, String)> = COMMON_KINDS
+            .iter()
+            .map(|(v, k)| ((*v).to_owned(), (*k).to_owned()))
+            .collect();
+        kinds.extend(refs.iter().map(|r| (r.api_version.clone(), r.kind.clone())));
+        kinds.extend(self.kinds.lock().expect("lock").keys().cloned());
+        let selector = Self::step_selector(scope);
+        for (api_version, kind) in kinds {
+            let probe = ObjectRef {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                metadata: RefMeta::default(),
+                name: Some("-".into()),
+            };
+            // A kind this cluster does not serve holds nothing to prune.
+            let Ok(at) = self.locate(&probe, scope).await else {
+                continue;
+            };
+            let list = match at.api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => list,
+                Err(kube::Error::Api(s)) if matches!(s.code, 403 | 404) => continue,
+                Err(e) => return Err(self.error(&format!("listing {kind}"), e)),
+            };
+            for stale in list {
+                let name = stale.metadata.name.clone().unwrap_or_default();
+                if keep.contains(&(kind.clone(), name.clone())) {
+                    continue;
+                }
+                if kind == "PersistentVolumeClaim" && self.pvc_policy == PvcPolicy::Retain {
+                    continue;
+                }
+                info!(target = %self.name, kind = %kind, name = %name, "pruning");
+                match at.api.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(self.error(&format!("pruning {kind} {name}"), e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self, resource: &Value) -> Result<(), TargetError> {
+        let r = self.object_ref(resource)?;
+        if !r.api_version.is_empty() && !r.kind.is_empty() && r.metadata.name.is_some() {
+            return Ok(());
+        }
+        Err(self.invalid(format!(
+            "{} needs apiVersion, kind and metadata.name",
+            r.describe()
+        )))
+    }
+
+    async fn check(&self, check: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError> {
+        let r = self.object_ref(check)?;
+        let rule = readiness::Check::parse(check).map_err(|e| self.invalid(e))?;
+        let at = self.locate(&r, scope).await?;
+        match self.get(&at, r.name()).await? {
+            None => Ok(Readiness::Waiting(format!(
+                "waiting for {} to be created",
+                at.what
+            ))),
+            Some(live) => {
+                Ok(rule.evaluate(&at.what, &serde_json::to_value(live).unwrap_or_default()))
+            }
+        }
+    }
+
+    async fn read(
+        &self,
+        spec: &Value,
+        scope: &Scope<'_>,
+    ) -> Result<Map<String, Value>, TargetError> {
+        let r = self.object_ref(spec)?;
+        let Some(values) = spec["values"].as_object() else {
+            return Err(self.invalid(format!(
+                "read of {}: `values` maps registry keys to JSON pointers",
+                r.describe()
+            )));
+        };
+        let at = self.locate(&r, scope).await?;
+        let Some(live) = self.get(&at, r.name()).await? else {
+            return Err(TargetError::Unavailable(format!(
+                "waiting for {} to be created",
+                at.what
+            )));
+        };
+        let live = serde_json::to_value(live).unwrap_or_default();
+        let mut out = Map::new();
+        for (key, pointer) in values {
+            let Some(pointer) = pointer.as_str() else {
+                return Err(
+                    self.invalid(format!("read of {}: {key} needs a JSON pointer", at.what))
+                );
+            };
+            let Some(found) = live.pointer(pointer) else {
+                return Err(TargetError::Unavailable(format!(
+                    "waiting for {} to have {pointer}",
+                    at.what
+                )));
+            };
+            let value = if r.kind == "Secret" && pointer.starts_with("/data/") {
+                let text = found.as_str().unwrap_or_default();
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|_| self.invalid(format!("{} {pointer} is not base64", at.what)))?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    self.invalid(format!("{} {pointer} is not UTF-8 text", at.what))
+                })?;
+                Value::String(text)
+            } else {
+                found.clone()
+            };
+            out.insert(key.clone(), value);
+        }
+        Ok(out)
+    }
+
+    async fn publish_credentials(
+        &self,
+        name: &str,
+        credentials: &Map<String, Value>,
+        scope: &Scope<'_>,
+    ) -> Result<Value, TargetError> {
+        if !is_dns_subdomain(name) {
+            return Err(self.invalid(format!(
+                "the binding Secret name {name:?} is not a DNS subdomain (lowercase letters, \
+                 digits, `-` and `.`, at most 253)"
+            )));
+        }
+        let Some(kind) = credentials.get("type").and_then(Value::as_str) else {
+            return Err(self.invalid("the credentials have no `type` entry for the Secret's type"));
+        };
+        let ns = self.namespace(scope)?;
+        let data: Map<String, Value> = credentials
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                (k.clone(), Value::String(encoded))
+            })
+            .collect();
+        let mut metadata = json!({"name": name, "namespace": ns});
+        merge_into(&mut metadata["labels"], labels(scope));
+        merge_into(&mut metadata["annotations"], annotations(scope));
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata,
+            "type": format!("servicebinding.io/{kind}"),
+            "data": data,
+        });
+        let api: Api<Secret> = Api::namespaced(self.client().await?.clone(), &ns);
+        api.patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| self.error(&format!("writing the binding Secret {name}"), e))?;
+        Ok(json!({"namespace": ns, "name": name}))
+    }
+
+    async fn unpublish_credentials(
+        &self,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), TargetError> {
+        let ns = self.namespace(scope)?;
+        let client = self.client().await?;
+        let kind = self.kind(client, "v1", "Secret").await?;
+        let at = Located {
+            api: Api::namespaced_with(client.clone(), &ns, &kind.resource),
+            namespace: Some(ns),
+            what: format!("Secret {name}"),
+        };
+        match self.delete_and_check(&at, name).await? {
+            true => Ok(()),
+            false => Err(TargetError::Unavailable(format!(
+                "waiting for {} to be deleted",
+                at.what
+            ))),
+        }
+    }
+
+    async fn released(&self, scope: &Scope<'_>) -> Result<(), TargetError> {
+        if self.namespace != NamespacePolicy::PerInstance || scope.binding_id.is_some() {
+            return Ok(());
+        }
+        self.release_namespace(scope).await
+    }
+}
