@@ -85,6 +85,24 @@ impl Evaluator {
         Ok(values)
     }
 
+    /// Whether a step's `when` expression holds in `context`: false for `none`, `false`, zero
+    /// and empty strings, lists and maps, true otherwise.
+    pub fn condition(&self, when: &str, context: &Value) -> Result<bool, EvaluationError> {
+        let expression = Value::String(format!("{{{{ {when} }}}}"));
+        let value = self
+            .renderer
+            .render(&expression, context)
+            .map_err(|e| EvaluationError::Template(e.to_string()))?;
+        Ok(match value {
+            Value::Null => false,
+            Value::Bool(b) => b,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+        })
+    }
+
     /// Renders the templates of a `target` step, in order.
     pub fn resources(
         &self,

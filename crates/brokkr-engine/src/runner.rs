@@ -344,11 +344,7 @@ impl Engine {
                     if unfinished {
                         let skipped = skipped_steps_mut(&mut resource.outputs, &op.id);
                         skipped.push(serde_json::to_value(step).expect("steps serialize"));
-                        let saved = inner
-                            .store
-                            .save_outputs(key, &op.id, owner, &resource.outputs)
-                            .await?;
-                        if !saved {
+                        if !self.save_outputs(resource, &op.id).await? {
                             return Ok(()); // superseded or taken over
                         }
                     }
@@ -382,11 +378,7 @@ impl Engine {
                         if let Value::Object(registry) = registry {
                             registry.extend(values);
                         }
-                        let saved = inner
-                            .store
-                            .save_outputs(key, &op.id, owner, &resource.outputs)
-                            .await?;
-                        if !saved {
+                        if !self.save_outputs(resource, &op.id).await? {
                             return Ok(()); // superseded or taken over
                         }
                     }
@@ -475,6 +467,16 @@ impl Engine {
         }
     }
 
+    /// Saves `r`'s outputs while its operation `op_id` is still this engine's; false when it
+    /// is not any more (superseded or taken over).
+    async fn save_outputs(&self, r: &Resource, op_id: &str) -> Result<bool, StoreError> {
+        let inner = &self.inner;
+        inner
+            .store
+            .save_outputs(&r.key, op_id, &inner.owner, &r.outputs)
+            .await
+    }
+
     /// Runs one step once.
     async fn run_step(
         &self,
@@ -490,10 +492,9 @@ impl Engine {
             Value::Null
         };
         if let Some(when) = &step.when {
-            let condition = Value::String(format!("{{{{ {when} }}}}"));
-            match self.inner.evaluator.renderer.render(&condition, &context) {
-                Ok(v) if truthy(&v) => {}
-                Ok(_) => return Ok(Outcome::Skip("its condition is false".into())),
+            match self.inner.evaluator.condition(when, &context) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Outcome::Skip("its condition is false".into())),
                 Err(e) => return Ok(Outcome::Fail(format!("condition: {e}"))),
             }
         }
@@ -959,18 +960,6 @@ fn subject(r: &Resource) -> Subject<'_> {
         plan_id: &r.plan_id,
         attrs: &r.attrs,
         registry: &r.outputs["registry"],
-    }
-}
-
-/// Whether a condition's value counts as true.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
     }
 }
 

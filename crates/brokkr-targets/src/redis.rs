@@ -102,19 +102,23 @@ impl Redis {
         }
     }
 
+    /// A new connection (not yet authenticated as anyone but the admin URL's user).
+    async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
     /// The admin connection, opened on first use and again after it broke.
     async fn admin(&self) -> Result<MultiplexedConnection, RedisError> {
         let mut slot = self.admin.lock().await;
         if let Some(conn) = slot.as_ref() {
             return Ok(conn.clone());
         }
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let conn = self.connect().await?;
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -225,13 +229,7 @@ impl Target for Redis {
                 .map(|_| Readiness::Ready),
             Resource::User { name, password, .. } => {
                 let probe = async {
-                    let config = redis::AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(self.timeout))
-                        .set_response_timeout(Some(self.timeout));
-                    let mut conn = self
-                        .client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?;
+                    let mut conn = self.connect().await?;
                     redis::cmd("AUTH")
                         .arg(&name)
                         .arg(&password)

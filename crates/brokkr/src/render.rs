@@ -161,18 +161,6 @@ fn secret_values(registry: &Value, keys: &[&str]) -> Vec<String> {
     out
 }
 
-/// Whether a `when` result lets its step run (as the engine decides).
-fn truthy(value: &Value) -> bool {
-    match value {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
-
 /// One document per rendered template of each `target` step of `steps`, in order; secrets
 /// masked unless `show_secrets`.
 fn step_documents(
@@ -186,12 +174,10 @@ fn step_documents(
     let mut documents = Vec::new();
     for step in steps {
         if let Some(when) = &step.when {
-            let condition = Value::String(format!("{{{{ {when} }}}}"));
-            let value = evaluator
-                .renderer
-                .render(&condition, context)
+            let holds = evaluator
+                .condition(when, context)
                 .map_err(|e| anyhow!("step {:?}: condition: {e}", step.name))?;
-            if !truthy(&value) {
+            if !holds {
                 continue;
             }
         }
