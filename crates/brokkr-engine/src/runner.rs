@@ -91,6 +91,8 @@ struct Inner {
     metrics: EngineMetrics,
     steps: RwLock<HashMap<String, Arc<dyn StepKind>>>,
     targets: Targets,
+    /// Events not yet written, by operation id.
+    events: Mutex<HashMap<String, Vec<Event>>>,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -121,6 +123,7 @@ impl Engine {
                     Arc::new(crate::http::Http::default()) as Arc<dyn StepKind>,
                 )])),
                 targets,
+                events: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -272,6 +275,7 @@ impl Engine {
         inner.metrics.running.inc();
         let mut resource = resource;
         let result = self.drive_steps(&mut resource, &mut op).await;
+        self.flush_events(&op.id).await;
         inner.metrics.running.dec();
         result
     }
@@ -440,6 +444,9 @@ impl Engine {
                     op.lease_until = now + ms(inner.options.lease);
                     if !inner.store.save_progress(key, op, owner).await? {
                         return Ok(());
+                    }
+                    if wait >= Duration::from_secs(1) {
+                        self.flush_events(&op.id).await;
                     }
                     tokio::select! {
                         () = inner.shutdown.cancelled() => {}
@@ -747,7 +754,8 @@ impl Engine {
         Ok(evaluator.context(&subject(instance), Some(&subject(&own))))
     }
 
-    /// Records an event; a store failure here is logged, never fatal to the operation.
+    /// Records an event of operation `op_id`. Events are written in batches (see
+    /// [`Engine::flush_events`]); one that a crash catches unwritten is lost, the operation not.
     async fn event(&self, op_id: &str, kind: &str, step: Option<&str>, message: Option<String>) {
         let event = Event {
             at: now_ms(),
@@ -755,8 +763,18 @@ impl Engine {
             step: step.map(str::to_owned),
             message,
         };
-        if let Err(e) = self.inner.store.append_event(op_id, &event).await {
-            warn!(error = %e, "cannot record an operation event");
+        let mut pending = self.inner.events.lock().expect("lock");
+        pending.entry(op_id.to_owned()).or_default().push(event);
+    }
+
+    /// Writes the events of `op_id` recorded so far: before a wait of a second or more, and when
+    /// the operation stops running here. A store failure is logged, never fatal.
+    async fn flush_events(&self, op_id: &str) {
+        let events = self.inner.events.lock().expect("lock").remove(op_id);
+        if let Some(events) = events
+            && let Err(e) = self.inner.store.append_events(op_id, &events).await
+        {
+            warn!(error = %e, "cannot record operation events");
         }
     }
 

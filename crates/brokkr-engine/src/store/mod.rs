@@ -151,8 +151,8 @@ pub trait Store: Send + Sync {
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
 
-    /// Appends to an operation's event log.
-    async fn append_event(&self, op_id: &str, event: &Event) -> Result<(), StoreError>;
+    /// Appends `events`, in order, to an operation's event log.
+    async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError>;
 
     /// An operation's event log, oldest first.
     async fn events(&self, op_id: &str) -> Result<Vec<Event>, StoreError>;

@@ -622,17 +622,37 @@ impl Store for SqlStore {
         Ok(row.try_get("value")?)
     }
 
-    async fn append_event(&self, op_id: &str, event: &Event) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(op_id)
-        .bind(event.at)
-        .bind(&event.kind)
-        .bind(event.step.clone())
-        .bind(event.message.clone())
-        .execute(&self.pool)
-        .await?;
+    async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError> {
+        // One statement per batch: each commit costs far more than a row.
+        for batch in events.chunks(100) {
+            let rows: Vec<String> = (0..batch.len())
+                .map(|i| {
+                    let n = i * 5;
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${})",
+                        n + 1,
+                        n + 2,
+                        n + 3,
+                        n + 4,
+                        n + 5
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES {}",
+                rows.join(", ")
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for event in batch {
+                query = query
+                    .bind(op_id.to_owned())
+                    .bind(event.at)
+                    .bind(event.kind.clone())
+                    .bind(event.step.clone())
+                    .bind(event.message.clone());
+            }
+            query.execute(&self.pool).await?;
+        }
         Ok(())
     }
 
