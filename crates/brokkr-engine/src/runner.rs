@@ -467,6 +467,10 @@ impl Engine {
                     return Ok(());
                 }
             }
+            if op.step == total {
+                // The operation ends now; its end is saved with a compare-and-set of its own.
+                continue;
+            }
             op.lease_until = now + ms(inner.options.lease);
             if !inner.store.save_progress(key, op, owner).await? {
                 return Ok(()); // superseded or taken over
