@@ -89,6 +89,10 @@ fn benches(c: &mut Criterion) {
     let tree = Value::Array((0..10).map(resource).collect());
     renderer.check(&tree).expect("the tree parses");
     let ctx = context();
+    // The baseline: copying the same tree, what any renderer must at least do.
+    c.bench_function("baseline/copy 10 resources", |b| {
+        b.iter(|| black_box(&tree).clone())
+    });
     c.bench_function("template/render 10 resources", |b| {
         b.iter(|| {
             renderer
