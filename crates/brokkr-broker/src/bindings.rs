@@ -406,7 +406,7 @@ async fn last_operation(
     let r = broker
         .engine
         .store()
-        .get(&Key::binding(&instance_id, &binding_id))
+        .get_status(&Key::binding(&instance_id, &binding_id))
         .await?;
     poll_response(r, query.get("operation"), || {
         format!("binding {binding_id} does not exist")

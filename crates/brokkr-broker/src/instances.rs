@@ -728,7 +728,7 @@ async fn last_operation(
     let r = broker
         .engine
         .store()
-        .get(&Key::instance(&instance_id))
+        .get_status(&Key::instance(&instance_id))
         .await?;
     poll_response(r, query.get("operation"), || {
         format!("instance {instance_id} does not exist")

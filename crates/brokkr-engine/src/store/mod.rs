@@ -87,6 +87,11 @@ pub trait Store: Send + Sync {
     /// Reads a resource, tombstones included.
     async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
 
+    /// Reads a resource's status and operations only — what `last_operation` answers with:
+    /// its `attrs`, `outputs` and operation request are `null` and its operation's plan empty,
+    /// so nothing is decrypted.
+    async fn get_status(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
+
     /// Inserts a resource with its first operation, unless a live one with that key exists.
     async fn create(&self, resource: &Resource) -> Result<Created, StoreError>;
 

@@ -11,7 +11,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::{Keyring, is_sealed};
-use crate::model::{Event, Key, OpKind, Operation, PreviousOperation, Resource, Status};
+use crate::model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
 
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +223,24 @@ impl SqlStore {
             .map_err(|e| corrupt(format!("{column}: {e}")))
     }
 
-    fn decode(&self, row: &AnyRow) -> Result<Resource, StoreError> {
+    /// Reads the row of `key`, decoded in full or for its status only.
+    async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(&key.instance_id)
+            .bind(binding_col(key))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref()
+            .map(|r| self.decode(r, status_only))
+            .transpose()
+    }
+
+    /// A resource from its row; with `status_only`, without the columns that need decrypting or
+    /// parsing (attributes, outputs, the operation's request and plan).
+    fn decode(&self, row: &AnyRow, status_only: bool) -> Result<Resource, StoreError> {
         let instance_id: String = row.try_get("instance_id")?;
         let binding_id: String = row.try_get("binding_id")?;
         let key = Key {
@@ -235,6 +252,9 @@ impl SqlStore {
             message,
         };
         let json = |col: &str| -> Result<serde_json::Value, StoreError> {
+            if status_only {
+                return Ok(serde_json::Value::Null);
+            }
             let mut text: String = row.try_get(col)?;
             if SEALED_COLUMNS.contains(&col) {
                 text = self.open(&key, col, text)?;
@@ -244,8 +264,11 @@ impl SqlStore {
         let status: String = row.try_get("status")?;
         let kind: String = row.try_get("op_kind")?;
         let state: String = row.try_get("op_state")?;
-        let plan = serde_json::from_value(json("op_plan")?)
-            .map_err(|e| corrupt(format!("op_plan: {e}")))?;
+        let plan = match status_only {
+            true => OpPlan::default(),
+            false => serde_json::from_value(json("op_plan")?)
+                .map_err(|e| corrupt(format!("op_plan: {e}")))?,
+        };
         let op = Operation {
             id: row.try_get("op_id")?,
             kind: OpKind::parse(&kind).ok_or_else(|| corrupt(format!("op_kind {kind:?}")))?,
@@ -317,15 +340,11 @@ impl Store for SqlStore {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2"
-        );
-        let row = sqlx::query(AssertSqlSafe(sql.as_str()))
-            .bind(&key.instance_id)
-            .bind(binding_col(key))
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(|r| self.decode(r)).transpose()
+        self.read(key, false).await
+    }
+
+    async fn get_status(&self, key: &Key) -> Result<Option<Resource>, StoreError> {
+        self.read(key, true).await
     }
 
     async fn create(&self, r: &Resource) -> Result<Created, StoreError> {
@@ -683,7 +702,7 @@ impl Store for SqlStore {
             .bind(op_id)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(|r| self.decode(r)).transpose()
+        row.as_ref().map(|r| self.decode(r, false)).transpose()
     }
 
     async fn list_instances(
@@ -700,7 +719,7 @@ impl Store for SqlStore {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(|r| self.decode(r)).collect()
+        rows.iter().map(|r| self.decode(r, false)).collect()
     }
 
     async fn rekey(&self) -> Result<u64, StoreError> {
