@@ -27,7 +27,7 @@ const ASYNC_PLAN_ID: &str = "8d2c7e4a-5b1f-4f6e-8a3d-2c9b0e7f1a21";
 const USERNAME: &str = "platform";
 const PASSWORD: &str = "restart-test-password";
 /// The step delay of the asynchronous plan: long enough to interrupt, short enough to wait for.
-const DELAY: Duration = Duration::from_millis(1500);
+const DELAY: Duration = Duration::from_millis(3000);
 /// How long a started broker may take to answer `/healthz`.
 const STARTUP: Duration = Duration::from_secs(15);
 
