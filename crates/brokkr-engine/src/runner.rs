@@ -192,7 +192,8 @@ impl Engine {
 
     async fn run(&self, key: Key) {
         let span = info_span!("operation", instance_id = %key.instance_id,
-            binding_id = key.binding_id.as_deref().unwrap_or(""));
+            binding_id = key.binding_id.as_deref().unwrap_or(""),
+            operation = tracing::field::Empty, kind = tracing::field::Empty);
         if let Err(e) = self.drive(&key).instrument(span).await {
             warn!(%key, error = %e, "operation interrupted by a store error; it will be resumed");
         }
@@ -269,6 +270,9 @@ impl Engine {
         let Some(_running) = Running::enter(&inner.running, key, &op.id) else {
             return Ok(()); // already running in this process
         };
+        let span = tracing::Span::current();
+        span.record("operation", op.id.as_str());
+        span.record("kind", op.kind.as_str());
         if op.step > 0 || op.step_started_at.is_some() {
             self.event(&op.id, "resumed", None, None).await;
         }
@@ -313,7 +317,10 @@ impl Engine {
                     .await;
             }
             let started = op.step_started_at.unwrap_or(now);
-            let mut outcome = self.run_step(resource, op, step, started, now).await?;
+            let mut outcome = self
+                .run_step(resource, op, step, started, now)
+                .instrument(info_span!("step", step = %step.name))
+                .await?;
             // A deprovision or unbind step skipped because it failed is kept, so that a later
             // deprovision can try it again.
             let mut unfinished = false;
