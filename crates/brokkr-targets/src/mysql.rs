@@ -31,7 +31,7 @@ use serde_json::Value;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{AssertSqlSafe, Connection, Executor};
 
-use crate::sql::{Access, classify};
+use crate::sql::{Access, classify, connect_within};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
 /// MySQL's database name limit.
@@ -174,9 +174,7 @@ impl Mysql {
         if let Some((user, password)) = login {
             options = options.username(user).password(password);
         }
-        tokio::time::timeout(self.timeout, MySqlConnection::connect_with(&options))
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)?
+        connect_within(self.timeout, &options).await
     }
 }
 

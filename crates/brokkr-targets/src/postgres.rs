@@ -36,7 +36,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{AssertSqlSafe, Connection, PgExecutor};
 
-use crate::sql::{Access, classify, has_code};
+use crate::sql::{Access, classify, connect_within, has_code};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
@@ -136,9 +136,7 @@ impl Postgres {
         if let Some((user, password)) = login {
             options = options.username(user).password(password);
         }
-        tokio::time::timeout(self.timeout, PgConnection::connect_with(&options))
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)?
+        connect_within(self.timeout, &options).await
     }
 
     async fn apply_database(

@@ -42,6 +42,20 @@ pub(crate) fn classify(kind: &str, target: &str, server: &str, e: &sqlx::Error) 
     }
 }
 
+/// Connects with `options`, giving up after `timeout` with an I/O error that says so.
+pub(crate) async fn connect_within<C: sqlx::Connection>(
+    timeout: std::time::Duration,
+    options: &<C as sqlx::Connection>::Options,
+) -> Result<C, sqlx::Error> {
+    match tokio::time::timeout(timeout, C::connect_with(options)).await {
+        Ok(result) => result,
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection within {timeout:?}"),
+        ))),
+    }
+}
+
 /// Whether `e` is a database error with SQLSTATE `code`.
 pub(crate) fn has_code(e: &sqlx::Error, code: &str) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
