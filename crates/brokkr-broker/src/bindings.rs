@@ -13,6 +13,8 @@ use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
+use brokkr_engine::runner::skipped_steps;
+
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::instances::{
@@ -300,18 +302,26 @@ async fn unbind(
     let key = Key::binding(&instance_id, &binding_id);
     let store = broker.engine.store();
     for _ in 0..3 {
-        let Some(current) = store
-            .get(&key)
-            .await?
-            .filter(|r| r.status != Status::Deleted)
-        else {
+        let Some(current) = store.get(&key).await? else {
             return Ok(json_response(StatusCode::GONE, &json!({})));
         };
+        let instance = store.get(&Key::instance(&instance_id)).await?;
+        // An unbind that skipped steps may be repeated, while its instance lives: it tries
+        // those steps again.
+        let finished = current.status == Status::Deleted && !current.op.in_progress();
+        let instance_lives = instance
+            .as_ref()
+            .is_some_and(|i| i.status != Status::Deleted);
+        let retry = if finished && instance_lives {
+            skipped_steps(&current)
+        } else {
+            Vec::new()
+        };
+        if finished && retry.is_empty() {
+            return Ok(json_response(StatusCode::GONE, &json!({})));
+        }
         // Platforms send the instance's current plan, which an update may have changed.
-        let instance_plan = store
-            .get(&Key::instance(&instance_id))
-            .await?
-            .map(|i| i.plan_id);
+        let instance_plan = instance.map(|i| i.plan_id);
         if service_id != current.service_id
             || (plan_id != current.plan_id && Some(plan_id) != instance_plan.as_deref())
         {
@@ -334,9 +344,12 @@ async fn unbind(
         }
         let config = broker.config();
         let entry = config.plan(&current.service_id, &current.plan_id);
-        let steps = entry
-            .map(|e| e.binding_steps(Phase::Unbind))
-            .unwrap_or_default();
+        let steps = match retry.is_empty() {
+            true => entry
+                .map(|e| e.binding_steps(Phase::Unbind))
+                .unwrap_or_default(),
+            false => retry,
+        };
         if !steps.is_empty() && !accepts_incomplete {
             return Err(ApiError::async_required());
         }
@@ -352,10 +365,11 @@ async fn unbind(
             json!({}),
         );
         // An unbind during a bind halts the bind and removes what it made.
-        if store
-            .start(&key, &current.op.id, &op, NewStatus::HaltCreation)
-            .await?
-        {
+        let status = match current.status {
+            Status::Deleted => NewStatus::Set(Status::Deleted),
+            _ => NewStatus::HaltCreation,
+        };
+        if store.start(&key, &current.op.id, &op, status).await? {
             info!(instance_id, binding_id, operation = %op.id, "unbinding");
             let r = Resource { op, ..current };
             return started(&broker, &r).await;

@@ -234,3 +234,50 @@ async fn step_semantics(backend: Backend) {
     let r = b.delete(&format!("/v2/service_instances/s-1?{q}")).await;
     assert_eq!(r.status, StatusCode::GONE, "nothing is left to retry");
 }
+
+const BINDING_CONFIG: &str = r#"
+catalog:
+  services:
+  - name: keys
+    id: svc-keys
+    description: Keys revoked on unbind
+    bindable: true
+    plans:
+    - {name: p, id: plan-keys, description: d}
+blueprints:
+- service: keys
+  plan: p
+  binding:
+    steps:
+    - {name: revoke, run: stuck, budget: 100ms, on: [unbind]}
+    credentials: {type: api-key, key: k}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unbind_that_skipped_steps_can_be_repeated() {
+    let attached = Arc::new(AtomicBool::new(true));
+    let kinds: Vec<(&str, Arc<dyn StepKind>)> = vec![("stuck", Arc::new(Stuck(attached.clone())))];
+    let b = start_with_steps(Backend::Sqlite, BINDING_CONFIG, kinds).await;
+    let body = json!({"service_id": "svc-keys", "plan_id": "plan-keys"});
+    let r = b.put("/v2/service_instances/k-1", body.clone()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let binding = "/v2/service_instances/k-1/service_bindings/app";
+    let r = b.put(binding, body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let q = "accepts_incomplete=true&service_id=svc-keys&plan_id=plan-keys";
+    let poll = format!("{binding}/last_operation");
+    for detached in [false, true] {
+        attached.store(!detached, Ordering::SeqCst);
+        let r = b.delete(&format!("{binding}?{q}")).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+        let done = b.wait_done(&poll).await;
+        assert_eq!(done.body["state"], "succeeded", "{:?}", done.body);
+        let log = events(&b, &r.operation()).await;
+        let finished = log
+            .iter()
+            .any(|(k, s, _)| k == "step_finished" && s == "revoke");
+        assert_eq!(finished, detached, "{log:#?}");
+    }
+    let r = b.delete(&format!("{binding}?{q}")).await;
+    assert_eq!(r.status, StatusCode::GONE, "nothing is left to retry");
+}
