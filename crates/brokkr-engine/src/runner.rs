@@ -778,8 +778,9 @@ impl Engine {
         pending.entry(op_id.to_owned()).or_default().push(event);
     }
 
-    /// Writes the events of `op_id` recorded so far: before a wait of a second or more, and when
-    /// the operation stops running here. A store failure is logged, never fatal.
+    /// Writes the events of `op_id` recorded so far: before a wait of a second or more, before
+    /// and after the operation ends, and when it stops running here. A store failure is logged,
+    /// never fatal.
     async fn flush_events(&self, op_id: &str) {
         let events = self.inner.events.lock().expect("lock").remove(op_id);
         if let Some(events) = events
@@ -896,6 +897,8 @@ impl Engine {
             attrs: None,
             outputs: None,
         });
+        // The steps' events are written before the operation's end is visible.
+        self.flush_events(op_id).await;
         let saved = self
             .inner
             .store
@@ -914,6 +917,7 @@ impl Engine {
             self.inner.metrics.operations.get_or_create(&labels).inc();
             self.event(op_id, kind, None, Some(finish.description.clone()))
                 .await;
+            self.flush_events(op_id).await;
             if finish.succeeded {
                 info!(kind = r.op.kind.as_str(), "operation succeeded");
             } else {
