@@ -51,7 +51,7 @@ async fn provision(store: &SqlStore, r: &Resource) {
     };
     assert!(
         store
-            .finish(&r.key, &r.op.id, OWNER, &finish)
+            .finish(&r.key, &r.op.id, OWNER, &finish, &[])
             .await
             .expect("finish")
     );

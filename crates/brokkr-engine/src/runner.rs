@@ -778,9 +778,9 @@ impl Engine {
         pending.entry(op_id.to_owned()).or_default().push(event);
     }
 
-    /// Writes the events of `op_id` recorded so far: before a wait of a second or more, before
-    /// and after the operation ends, and when it stops running here. A store failure is logged,
-    /// never fatal.
+    /// Writes the events of `op_id` recorded so far: before a wait of a second or more, and when
+    /// the operation stops running here (its end writes them with it). A store failure is
+    /// logged, never fatal.
     async fn flush_events(&self, op_id: &str) {
         let events = self.inner.events.lock().expect("lock").remove(op_id);
         if let Some(events) = events
@@ -897,27 +897,39 @@ impl Engine {
             attrs: None,
             outputs: None,
         });
-        // The steps' events are written before the operation's end is visible.
-        self.flush_events(op_id).await;
+        let kind = if finish.succeeded {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        // The steps' events and the last one are written with the operation's end.
+        self.event(op_id, kind, None, Some(finish.description.clone()))
+            .await;
+        let events = self
+            .inner
+            .events
+            .lock()
+            .expect("lock")
+            .remove(op_id)
+            .unwrap_or_default();
         let saved = self
             .inner
             .store
-            .finish(&r.key, op_id, &self.inner.owner, &finish)
+            .finish(&r.key, op_id, &self.inner.owner, &finish, &events)
             .await?;
+        if !saved {
+            // Superseded: what its steps did still happened; the end is another's to tell.
+            let steps = &events[..events.len() - 1];
+            if let Err(e) = self.inner.store.append_events(op_id, steps).await {
+                warn!(error = %e, "cannot record operation events");
+            }
+        }
         if saved {
-            let kind = if finish.succeeded {
-                "succeeded"
-            } else {
-                "failed"
-            };
             let labels = OperationLabels {
                 kind: r.op.kind.as_str().to_owned(),
                 state: kind.to_owned(),
             };
             self.inner.metrics.operations.get_or_create(&labels).inc();
-            self.event(op_id, kind, None, Some(finish.description.clone()))
-                .await;
-            self.flush_events(op_id).await;
             if finish.succeeded {
                 info!(kind = r.op.kind.as_str(), "operation succeeded");
             } else {

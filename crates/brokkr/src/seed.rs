@@ -85,7 +85,10 @@ async fn seed_one(store: &dyn Store, r: &Resource) -> Result<()> {
         attrs: None,
         outputs: None,
     };
-    if !store.finish(&r.key, &r.op.id, SEED_OWNER, &finish).await? {
+    if !store
+        .finish(&r.key, &r.op.id, SEED_OWNER, &finish, &[])
+        .await?
+    {
         bail!("{}: its provision could not be finished", r.key);
     }
     Ok(())

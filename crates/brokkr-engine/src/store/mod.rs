@@ -125,14 +125,16 @@ pub trait Store: Send + Sync {
         outputs: &serde_json::Value,
     ) -> Result<bool, StoreError>;
 
-    /// Ends an operation held by `owner`. A deprovision that ends in `Deleted` also turns the
-    /// instance's bindings into tombstones.
+    /// Ends an operation held by `owner` and appends `events` to its log, together. A
+    /// deprovision that ends in `Deleted` also turns the instance's bindings into tombstones.
+    /// Returns false, changing nothing, when the operation is no longer this owner's.
     async fn finish(
         &self,
         key: &Key,
         op_id: &str,
         owner: &str,
         finish: &Finish,
+        events: &[Event],
     ) -> Result<bool, StoreError>;
 
     /// Leases up to `limit` operations that are due (or past their deadline) and not leased by a

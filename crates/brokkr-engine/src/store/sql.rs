@@ -313,6 +313,45 @@ impl SqlStore {
     }
 }
 
+/// Inserts `events` of `op_id`, a hundred rows a statement: each statement costs far more than
+/// a row.
+async fn insert_events(
+    conn: &mut sqlx::AnyConnection,
+    op_id: &str,
+    events: &[Event],
+) -> Result<(), StoreError> {
+    for batch in events.chunks(100) {
+        let rows: Vec<String> = (0..batch.len())
+            .map(|i| {
+                let n = i * 5;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${})",
+                    n + 1,
+                    n + 2,
+                    n + 3,
+                    n + 4,
+                    n + 5
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES {}",
+            rows.join(", ")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for event in batch {
+            query = query
+                .bind(op_id.to_owned())
+                .bind(event.at)
+                .bind(event.kind.clone())
+                .bind(event.step.clone())
+                .bind(event.message.clone());
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqlStore {
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -489,8 +528,12 @@ impl Store for SqlStore {
         op_id: &str,
         owner: &str,
         f: &Finish,
+        events: &[Event],
     ) -> Result<bool, StoreError> {
         let now = crate::now_ms();
+        // One transaction: the tombstones of the bindings and the events stand only if the
+        // operation's end does.
+        let mut tx = self.pool.begin().await?;
         let deleted_at = (f.status == Status::Deleted).then_some(now);
         if key.binding_id.is_none() && f.status == Status::Deleted {
             sqlx::query(
@@ -503,7 +546,7 @@ impl Store for SqlStore {
             )
             .bind(now)
             .bind(&key.instance_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         }
         let state = if f.succeeded {
@@ -531,9 +574,15 @@ impl Store for SqlStore {
         .bind(binding_col(key))
         .bind(op_id)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_events(&mut tx, op_id, events).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn claim_due(
@@ -642,37 +691,8 @@ impl Store for SqlStore {
     }
 
     async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError> {
-        // One statement per batch: each commit costs far more than a row.
-        for batch in events.chunks(100) {
-            let rows: Vec<String> = (0..batch.len())
-                .map(|i| {
-                    let n = i * 5;
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${})",
-                        n + 1,
-                        n + 2,
-                        n + 3,
-                        n + 4,
-                        n + 5
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES {}",
-                rows.join(", ")
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for event in batch {
-                query = query
-                    .bind(op_id.to_owned())
-                    .bind(event.at)
-                    .bind(event.kind.clone())
-                    .bind(event.step.clone())
-                    .bind(event.message.clone());
-            }
-            query.execute(&self.pool).await?;
-        }
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        insert_events(&mut conn, op_id, events).await
     }
 
     async fn events(&self, op_id: &str) -> Result<Vec<Event>, StoreError> {
