@@ -787,19 +787,7 @@ impl Validator {
                 let tree = Value::String(format!("{{{{ {when} }}}}"));
                 self.check_reads(file, &format!("{at}[{i}].when"), &tree, &keys, later);
             }
-            let extra = (step
-                .readiness
-                .iter()
-                .enumerate()
-                .map(|(j, t)| (format!("readiness[{j}]"), t)))
-            .chain(
-                step.read
-                    .iter()
-                    .enumerate()
-                    .map(|(j, t)| (format!("read[{j}]"), t)),
-            )
-            .chain(step.secret.iter().map(|t| ("secret".to_owned(), t)));
-            for (field, tree) in extra {
+            for (field, tree) in target_extras(step) {
                 self.check_reads(file, &format!("{at}[{i}].{field}"), tree, &keys, later);
             }
             for (j, name) in step.outputs.iter().enumerate() {
@@ -921,6 +909,16 @@ impl Validator {
     }
 }
 
+/// A target step's `readiness`, `read` and `secret` trees, each with its field name.
+fn target_extras(step: &Step) -> impl Iterator<Item = (String, &Value)> {
+    let readiness = step.readiness.iter().enumerate();
+    let read = step.read.iter().enumerate();
+    readiness
+        .map(|(j, t)| (format!("readiness[{j}]"), t))
+        .chain(read.map(|(j, t)| (format!("read[{j}]"), t)))
+        .chain(step.secret.iter().map(|t| ("secret".to_owned(), t)))
+}
+
 /// Whether `name` is a registry key: `[A-Za-z_][A-Za-z0-9_]*`.
 fn is_registry_key(name: &str) -> bool {
     name.chars()
@@ -1019,19 +1017,7 @@ impl Validator {
 impl Validator {
     /// Checks a target step's `readiness`, `read` and `secret` trees.
     fn check_target_extras(&mut self, file: &str, at: &str, step: &Step, renderer: &Renderer) {
-        let trees = (step
-            .readiness
-            .iter()
-            .enumerate()
-            .map(|(j, t)| (format!("readiness[{j}]"), t)))
-        .chain(
-            step.read
-                .iter()
-                .enumerate()
-                .map(|(j, t)| (format!("read[{j}]"), t)),
-        )
-        .chain(step.secret.iter().map(|t| ("secret".to_owned(), t)));
-        for (field, tree) in trees {
+        for (field, tree) in target_extras(step) {
             let field = format!("{at}.{field}");
             if !tree.is_object() {
                 self.error(file, field, "must be a mapping");

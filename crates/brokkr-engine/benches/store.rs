@@ -41,14 +41,7 @@ async fn provision(store: &SqlStore, r: &Resource) {
         store.create(r).await.expect("create"),
         Created::Inserted
     ));
-    let finish = Finish {
-        succeeded: true,
-        description: "provisioned".into(),
-        status: Status::Ready,
-        plan_id: None,
-        attrs: None,
-        outputs: None,
-    };
+    let finish = Finish::success("provisioned", Status::Ready);
     assert!(
         store
             .finish(&r.key, &r.op.id, OWNER, &finish, &[])

@@ -24,7 +24,7 @@
 //! logs.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -77,30 +77,35 @@ enum HeaderValue {
 
 /// Calls external systems over HTTP, or HTTPS verified against the system's certificate
 /// authorities (rustls with ring).
+#[derive(Default)]
 pub struct Http {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// Built on the first call: reading the system's certificates is start-up work a broker
+    /// without `http` steps need not do.
+    client: OnceLock<HttpClient>,
 }
 
-impl Default for Http {
-    fn default() -> Self {
-        let mut roots = rustls::RootCertStore::empty();
-        // Unreadable certificates are skipped; HTTPS to a server they would have vouched for
-        // then fails verification with a clear error.
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        Self {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-        }
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+impl Http {
+    fn client(&self) -> &HttpClient {
+        self.client.get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            // Unreadable certificates are skipped; HTTPS to a server they would have vouched
+            // for then fails verification with a clear error.
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let tls = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .build();
+            Client::builder(TokioExecutor::new()).build(connector)
+        })
     }
 }
 
@@ -179,7 +184,7 @@ impl StepKind for Http {
         let timeout = call.timeout.unwrap_or(Duration::from_secs(30));
         let exchange = async {
             let response = self
-                .client
+                .client()
                 .request(request)
                 .await
                 .map_err(|_| "could not connect")?;

@@ -792,14 +792,7 @@ impl Engine {
 
     /// The changes a successful operation makes, or why it cannot succeed.
     async fn complete(&self, r: &Resource) -> Result<Result<Finish, String>, StoreError> {
-        let ok = |description: &str, status| Finish {
-            succeeded: true,
-            description: description.to_owned(),
-            status,
-            plan_id: None,
-            attrs: None,
-            outputs: None,
-        };
+        let ok = Finish::success;
         Ok(Ok(match r.op.kind {
             OpKind::Provision => ok("provisioned", Status::Ready),
             OpKind::Deprovision | OpKind::Unbind => {

@@ -77,14 +77,7 @@ async fn seed_one(store: &dyn Store, r: &Resource) -> Result<()> {
         Created::Inserted => {}
         Created::Exists(_) => bail!("{} already exists", r.key),
     }
-    let finish = Finish {
-        succeeded: true,
-        description: "provisioned".into(),
-        status: Status::Ready,
-        plan_id: None,
-        attrs: None,
-        outputs: None,
-    };
+    let finish = Finish::success("provisioned", Status::Ready);
     if !store
         .finish(&r.key, &r.op.id, SEED_OWNER, &finish, &[])
         .await?

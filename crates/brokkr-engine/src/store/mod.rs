@@ -75,6 +75,20 @@ pub struct Finish {
     pub outputs: Option<Value>,
 }
 
+impl Finish {
+    /// A success that leaves the resource in `status` and changes nothing else.
+    pub fn success(description: &str, status: Status) -> Self {
+        Self {
+            succeeded: true,
+            description: description.to_owned(),
+            status,
+            plan_id: None,
+            attrs: None,
+            outputs: None,
+        }
+    }
+}
+
 /// Persistent state of instances, bindings and their operations.
 #[async_trait]
 pub trait Store: Send + Sync {
