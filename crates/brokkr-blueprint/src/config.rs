@@ -64,7 +64,9 @@ impl TargetKind {
 pub struct TargetConfig {
     /// What the target is.
     pub kind: TargetKind,
-    /// The environment variable holding the admin URL.
+    /// The environment variable holding the admin URL. A `postgres`, `mysql` or `redis` target
+    /// with neither this nor `url_file` administers servers a plan provisions: each step that
+    /// uses it names its `server`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url_env: Option<String>,
     /// A file holding the admin URL (surrounding whitespace is ignored).
@@ -97,6 +99,14 @@ pub struct TargetConfig {
     /// `delete`); an object's annotation `brokkr.dev/pvc-policy` overrides it per plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_policy: Option<PvcPolicy>,
+}
+
+impl TargetConfig {
+    /// Whether the target administers servers that steps name (`server:`), because it has no
+    /// admin URL of its own.
+    pub fn servers_per_step(&self) -> bool {
+        self.kind != TargetKind::Kubernetes && self.url_env.is_none() && self.url_file.is_none()
+    }
 }
 
 /// Where a `kubernetes` target puts an instance's namespaced objects.
@@ -297,6 +307,12 @@ pub struct Step {
     /// `templates` on this target, then wait until each is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// For a `target` whose admin URL is not configured (a `postgres`, `mysql` or `redis` target
+    /// without `url_env`/`url_file`): the server this step administers, one the plan itself
+    /// provisioned. A template tree `{host, port, username, password, database}` (`port` and
+    /// `database` optional); it is rendered for every call and never shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<Value>,
     /// For `target`: template trees, by name from the top-level `templates:` or written inline.
     /// Once loaded, every entry is the tree itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

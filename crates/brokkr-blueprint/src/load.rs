@@ -438,13 +438,16 @@ impl Validator {
                 self.template_error(file, &format!("templates.{t}"), tree, &e);
             }
         }
-        let target_names: HashSet<String> = targets.keys().cloned().collect();
+        let target_configs: HashMap<String, TargetConfig> = targets
+            .iter()
+            .map(|(name, (_, target))| (name.clone(), target.clone()))
+            .collect();
         let template_trees: HashMap<String, Value> = templates
             .into_iter()
             .map(|(name, (_, tree))| (name, tree))
             .collect();
         let names = Names {
-            targets: &target_names,
+            targets: &target_configs,
             templates: &template_trees,
         };
         let mut plans = HashMap::new();
@@ -576,18 +579,27 @@ impl Validator {
                 self.error(file, format!("{at}.{field}"), message);
             }
         }
-        match (&target.url_env, &target.url_file) {
-            (None, None) => self.error(
-                file,
-                &at,
-                "needs the admin connection URL: `url_env` (an environment variable) or `url_file`",
-            ),
-            (Some(_), Some(_)) => self.error(
+        if target.url_env.is_some() && target.url_file.is_some() {
+            self.error(
                 file,
                 &at,
                 "give the admin URL once: `url_env` or `url_file`, not both",
-            ),
-            _ => {}
+            );
+        }
+        if target.servers_per_step() {
+            for (field, set) in [
+                ("host", target.host.is_some()),
+                ("port", target.port.is_some()),
+            ] {
+                if set {
+                    self.error(
+                        file,
+                        format!("{at}.{field}"),
+                        "a target without an admin URL administers the servers its steps name \
+                         (`server:`); give bindings their host and port in the credentials",
+                    );
+                }
+            }
         }
         if target.port == Some(0) {
             self.error(file, format!("{at}.port"), "must be 1-65535");
@@ -909,7 +921,7 @@ impl Validator {
     }
 }
 
-/// A target step's `readiness`, `read` and `secret` trees, each with its field name.
+/// A target step's `readiness`, `read`, `secret` and `server` trees, each with its field name.
 fn target_extras(step: &Step) -> impl Iterator<Item = (String, &Value)> {
     let readiness = step.readiness.iter().enumerate();
     let read = step.read.iter().enumerate();
@@ -917,6 +929,7 @@ fn target_extras(step: &Step) -> impl Iterator<Item = (String, &Value)> {
         .map(|(j, t)| (format!("readiness[{j}]"), t))
         .chain(read.map(|(j, t)| (format!("read[{j}]"), t)))
         .chain(step.secret.iter().map(|t| ("secret".to_owned(), t)))
+        .chain(step.server.iter().map(|t| ("server".to_owned(), t)))
 }
 
 /// Whether `name` is a registry key: `[A-Za-z_][A-Za-z0-9_]*`.
@@ -934,7 +947,7 @@ fn step_outputs(steps: &[Step]) -> impl Iterator<Item = String> + '_ {
 
 /// Names defined at the top level of a configuration, for steps to refer to.
 struct Names<'a> {
-    targets: &'a HashSet<String>,
+    targets: &'a HashMap<String, TargetConfig>,
     templates: &'a HashMap<String, Value>,
 }
 
@@ -960,6 +973,7 @@ impl Validator {
                 ("readiness", !step.readiness.is_empty()),
                 ("read", !step.read.is_empty()),
                 ("secret", step.secret.is_some()),
+                ("server", step.server.is_some()),
             ] {
                 if set {
                     let message =
@@ -969,8 +983,10 @@ impl Validator {
             }
             return;
         };
-        if !known.targets.contains(target) {
-            let mut defined: Vec<_> = known.targets.iter().map(String::as_str).collect();
+        if let Some(config) = known.targets.get(target) {
+            self.check_server(file, at, step, target, config);
+        } else {
+            let mut defined: Vec<_> = known.targets.keys().map(String::as_str).collect();
             defined.sort_unstable();
             let defined = if defined.is_empty() {
                 "none is defined under `targets:`".to_owned()
@@ -1015,7 +1031,64 @@ impl Validator {
 }
 
 impl Validator {
-    /// Checks a target step's `readiness`, `read` and `secret` trees.
+    /// Checks that a step names its `server` exactly when its target has no admin URL.
+    fn check_server(
+        &mut self,
+        file: &str,
+        at: &str,
+        step: &Step,
+        target: &str,
+        config: &TargetConfig,
+    ) {
+        match (&step.server, config.servers_per_step()) {
+            (None, true) => self.error(
+                file,
+                format!("{at}.target"),
+                format!(
+                    "target {target:?} has no admin URL (`url_env`/`url_file`), so the step \
+                     must name the server it administers: `server: {{host, port, username, \
+                     password, database}}`"
+                ),
+            ),
+            (Some(_), false) => {
+                let message = if config.kind == TargetKind::Kubernetes {
+                    format!(
+                        "target {target:?} is a cluster; only a postgres, mysql or redis \
+                             target without an admin URL takes a `server`"
+                    )
+                } else {
+                    format!(
+                        "target {target:?} administers the server of its admin URL; \
+                             `server` is for a target without `url_env`/`url_file`"
+                    )
+                };
+                self.error(file, format!("{at}.server"), message);
+            }
+            (Some(server), true) => {
+                if server.get("host").is_none() {
+                    self.error(
+                        file,
+                        format!("{at}.server"),
+                        "needs `host` (and `username`, `password`; `port` and `database` are \
+                         optional)",
+                    );
+                }
+                let known = ["host", "port", "username", "password", "database"];
+                for key in server.as_object().into_iter().flat_map(|m| m.keys()) {
+                    if !known.contains(&key.as_str()) {
+                        self.error(
+                            file,
+                            format!("{at}.server.{key}"),
+                            format!("unknown field; expected one of {}", known.join(", ")),
+                        );
+                    }
+                }
+            }
+            (None, false) => {}
+        }
+    }
+
+    /// Checks a target step's `readiness`, `read`, `secret` and `server` trees.
     fn check_target_extras(&mut self, file: &str, at: &str, step: &Step, renderer: &Renderer) {
         for (field, tree) in target_extras(step) {
             let field = format!("{at}.{field}");

@@ -19,6 +19,8 @@ use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostPa
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 const MANIFESTS: &str = include_str!("../../../catalogs/manifests/manifests.yaml");
 const KUBEDB: &str = include_str!("../../../catalogs/kubedb/kubedb.yaml");
@@ -371,8 +373,96 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
 
 /// provision → KubeDB ready → credentials read back → bind → unbind → deprovision of the
 /// KubeDB PostgreSQL small plan.
+/// The PostgreSQL server that stands in for the one KubeDB would run: the test server
+/// (BROKKR_TEST_POSTGRES_URL, as scripts/test sets it), with its host, port and admin login.
+fn stand_in_postgres() -> (String, u16, String, String) {
+    let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
+    let url = reqwest::Url::parse(&admin).unwrap();
+    let host = url.host_str().unwrap().to_owned();
+    let port = url.port().unwrap_or(5432);
+    let password = url.password().unwrap_or_default().to_owned();
+    (host, port, url.username().to_owned(), password)
+}
+
+/// The KubeDB catalog with its PostgreSQL server reached at the stand-in (in a cluster it is
+/// the Service `<name>.<namespace>.svc:5432`) and a database name of its own.
+fn kubedb_catalog(database: &str) -> String {
+    let (host, port, _, _) = stand_in_postgres();
+    let service_host =
+        "\"{{ registry('name') }}.{{ instance.context.namespace | default('default') }}.svc\"";
+    assert!(KUBEDB.contains(service_host));
+    KUBEDB
+        .replace(service_host, &format!("\"{host}\""))
+        .replace(
+            "            port: 5432\n",
+            &format!("            port: {port}\n"),
+        )
+        .replace(
+            "{name: database, value: app}",
+            &format!("{{name: database, value: {database}}}"),
+        )
+}
+
+/// Connects to `database` as a binding's user.
+async fn login(credentials: &Value) -> Result<PgConnection, sqlx::Error> {
+    let options = PgConnectOptions::new()
+        .host(credentials["host"].as_str().unwrap())
+        .port(u16::try_from(credentials["port"].as_u64().unwrap()).unwrap())
+        .username(credentials["username"].as_str().unwrap())
+        .password(credentials["password"].as_str().unwrap())
+        .database(credentials["database"].as_str().unwrap());
+    PgConnection::connect_with(&options).await
+}
+
+/// Runs `sql` as the stand-in server's admin, in its admin database.
+async fn as_admin(sql: &str) -> Vec<String> {
+    let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    rows.into_iter().map(|(r,)| r).collect()
+}
+
+/// Binds `b` with `parameters` and returns its credentials.
+async fn bind(broker: &TestBroker, instance: &str, b: &str, parameters: Value) -> Value {
+    let binding = format!("{instance}/service_bindings/{b}");
+    let r = broker
+        .put(
+            &format!("{binding}?accepts_incomplete=true"),
+            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL, "parameters": parameters}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    broker.get(&binding).await.body["credentials"].clone()
+}
+
+/// Unbinds `b` and waits until it is done.
+async fn unbind(broker: &TestBroker, instance: &str, b: &str) {
+    let binding = format!("{instance}/service_bindings/{b}");
+    let r = broker
+        .delete(&format!(
+            "{binding}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
+        ))
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+}
+
+/// provision → ready → two binds, each with its own user → unbind → deprovision of the KubeDB
+/// PostgreSQL plan. The server KubeDB would run is the test PostgreSQL server.
 async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
-    let broker = broker(KUBEDB, kubeconfig).await;
+    let database = format!("app_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let broker = broker(&kubedb_catalog(&database), kubeconfig).await;
+    let (host, port, admin_user, admin_password) = stand_in_postgres();
     let id = uuid::Uuid::new_v4().to_string();
     let name = object_name("pg", &id);
     let instance = format!("/v2/service_instances/{id}");
@@ -415,7 +505,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         .create(
             json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/basic-auth",
             "metadata": {"name": format!("{name}-auth"), "namespace": ns},
-            "stringData": {"username": "postgres", "password": "kubedb-made-this"}}),
+            "stringData": {"username": admin_user, "password": admin_password}}),
         )
         .await;
     cluster
@@ -429,42 +519,65 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         )
         .await;
     ok(&broker.poll(&last, None).await);
+    let owner = format!("{database}_owner");
+    let made = format!("SELECT datname::text FROM pg_database WHERE datname = '{database}'");
+    assert_eq!(as_admin(&made).await, vec![database.clone()]);
 
-    let b = uuid::Uuid::new_v4().to_string();
-    let binding = format!("{instance}/service_bindings/{b}");
-    let r = broker
-        .put(
-            &format!("{binding}?accepts_incomplete=true"),
-            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL}),
-        )
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
-    let credentials = broker.get(&binding).await.body["credentials"].clone();
-    assert_eq!(credentials["username"], "postgres");
-    assert_eq!(credentials["password"], "kubedb-made-this");
-    let secret_name = binding_secret(&name, &b);
+    // Each binding gets a user of its own in the instance's database.
+    let writer = uuid::Uuid::new_v4().to_string();
+    let credentials = bind(&broker, &instance, &writer, json!({})).await;
+    assert_eq!(credentials["host"], host.as_str());
+    assert_eq!(credentials["port"], port);
+    assert_eq!(credentials["database"], database.as_str());
+    let user = credentials["username"].as_str().unwrap().to_owned();
+    assert!(user.starts_with("b_"), "{user}");
+    assert_ne!(credentials["password"], admin_password.as_str());
+    let mut conn = login(&credentials).await.unwrap();
+    sqlx::query("CREATE TABLE orders (id int)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO orders VALUES (1)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let secret_name = binding_secret(&name, &writer);
     let secret = cluster.get("v1", "Secret", ns, &secret_name).await.unwrap();
     assert_eq!(secret["type"], "servicebinding.io/postgresql");
-    assert_eq!(entries(&secret)["provider"], "kubedb");
+    let published = entries(&secret);
+    assert_eq!(published["provider"], "kubedb");
+    assert_eq!(published["username"], user.as_str());
 
-    let r = broker
-        .delete(&format!(
-            "{binding}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
-        ))
+    let reader = uuid::Uuid::new_v4().to_string();
+    let read_only = bind(&broker, &instance, &reader, json!({"access": "read-only"})).await;
+    assert_ne!(read_only["username"], user.as_str());
+    let mut conn = login(&read_only).await.unwrap();
+    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    let refused = sqlx::query("INSERT INTO orders VALUES (2)")
+        .execute(&mut conn)
         .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
+    assert!(refused.is_err(), "a read-only binding wrote");
+    conn.close().await.unwrap();
+
+    // Unbinding drops the user: its credentials stop working, the other binding's do not.
+    unbind(&broker, &instance, &writer).await;
     assert!(
         cluster
             .get("v1", "Secret", ns, &secret_name)
             .await
             .is_none()
     );
+    let gone = format!("SELECT rolname::text FROM pg_roles WHERE rolname = '{user}'");
+    assert!(as_admin(&gone).await.is_empty());
+    assert!(login(&credentials).await.is_err());
+    login(&read_only).await.unwrap().close().await.unwrap();
+    unbind(&broker, &instance, &reader).await;
+
     let r = broker
         .delete(&format!(
             "{instance}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
@@ -478,6 +591,9 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
             .await
             .is_none()
     );
+    // KubeDB's WipeOut would remove the server with its data; the stand-in stays.
+    as_admin(&format!("DROP DATABASE {database} WITH (FORCE)")).await;
+    as_admin(&format!("DROP ROLE {owner}")).await;
 }
 
 async fn fake() -> (Cluster, tempfile::TempDir, String) {

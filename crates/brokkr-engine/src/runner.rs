@@ -597,8 +597,23 @@ impl Engine {
         scope: &Scope<'_>,
         elapsed_ms: i64,
     ) -> StepOutcome {
-        let Some(target) = self.inner.targets.get(name) else {
-            return StepOutcome::Fail(format!("no target named {name:?} is configured"));
+        let target = match &step.server {
+            None => match self.inner.targets.get(name) {
+                Some(target) => Arc::clone(target),
+                None => {
+                    return StepOutcome::Fail(format!("no target named {name:?} is configured"));
+                }
+            },
+            Some(server) => {
+                let built = match self.inner.evaluator.renderer.render(server, context) {
+                    Ok(server) => self.inner.targets.on_server(name, &server),
+                    Err(e) => return StepOutcome::Fail(format!("server: {e}")),
+                };
+                match built {
+                    Ok(target) => target,
+                    Err(e) => return StepOutcome::Fail(e.to_string()),
+                }
+            }
         };
         let resources = match self.inner.evaluator.resources(&step.templates, context) {
             Ok(resources) => resources,

@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use brokkr_blueprint::TargetConfig;
+use brokkr_blueprint::{TargetConfig, TargetKind};
+use serde_json::Value;
 use url::Url;
 
 use crate::TargetError;
@@ -26,6 +27,61 @@ impl AdminUrl {
             (None, None) => return Err(invalid("no url_env or url_file".into())),
         };
         Self::parse(name, text.trim())
+    }
+
+    /// The URL of a server a step names: a rendered `{host, port, username, password,
+    /// database}` tree, for a target of `kind`. Each part is encoded into its place, so a
+    /// password with `@`, `/` or `?` stays a password. Errors never repeat the password.
+    pub fn from_server(name: &str, kind: TargetKind, server: &Value) -> Result<Self, TargetError> {
+        let invalid = |m: &str| TargetError::Invalid(format!("target {name}: server: {m}"));
+        let text = |key: &str| -> Result<Option<&str>, TargetError> {
+            match server.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.is_empty() => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s)),
+                Some(_) => Err(invalid(&format!("`{key}` must be a string"))),
+            }
+        };
+        let scheme = match kind {
+            TargetKind::Postgres => "postgres",
+            TargetKind::Mysql => "mysql",
+            TargetKind::Redis => "redis",
+            TargetKind::Kubernetes => return Err(invalid("a cluster has no server to name")),
+        };
+        let host = text("host")?.ok_or_else(|| invalid("`host` is missing"))?;
+        let mut url =
+            Url::parse(&format!("{scheme}://server")).map_err(|_| invalid("cannot build a URL"))?;
+        let host_set = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => url.set_ip_host(ip).is_ok(),
+            Err(_) => url.set_host(Some(host)).is_ok() && url.host_str() == Some(host),
+        };
+        if !host_set {
+            return Err(invalid(&format!(
+                "{host:?} is not a host name or IP address"
+            )));
+        }
+        let port = match server.get("port") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => n.as_u64().and_then(|p| u16::try_from(p).ok()),
+            Some(Value::String(s)) => s.parse::<u16>().ok(),
+            Some(_) => Some(0),
+        };
+        if port == Some(0) || (server.get("port").is_some_and(|p| !p.is_null()) && port.is_none()) {
+            return Err(invalid("`port` must be 1-65535"));
+        }
+        let _ = url.set_port(port);
+        if let Some(user) = text("username")? {
+            let _ = url.set_username(user);
+        }
+        if let Some(password) = text("password")? {
+            let _ = url.set_password(Some(password));
+        }
+        if let Some(database) = text("database")? {
+            url.path_segments_mut()
+                .map_err(|_| invalid("cannot build a URL"))?
+                .push(database);
+        }
+        Ok(Self { url })
     }
 
     /// Parses `text`; the error never repeats it (it may hold a password).
@@ -102,6 +158,44 @@ mod tests {
         assert!(!url.to_string().contains("s3cret"));
         assert!(!format!("{url:?}").contains("s3cret"));
         assert!(url.expose().contains("s3cret"));
+    }
+
+    #[test]
+    fn a_named_server_keeps_every_part_in_its_place() {
+        let server = serde_json::json!({"host": "pg-1.team-a.svc", "port": 5433,
+            "username": "postgres", "password": "p@ss/w?rd#1", "database": "app"});
+        let url = AdminUrl::from_server("db", TargetKind::Postgres, &server).unwrap();
+        assert_eq!(url.server(), "pg-1.team-a.svc:5433");
+        assert!(!url.to_string().contains("p@ss"), "{url}");
+        let parsed = Url::parse(url.expose()).unwrap();
+        assert_eq!(parsed.password(), Some("p%40ss%2Fw%3Frd%231"));
+        assert_eq!(parsed.path(), "/app");
+        assert_eq!(parsed.query(), None);
+
+        let v6 = serde_json::json!({"host": "::1"});
+        let url = AdminUrl::from_server("r", TargetKind::Redis, &v6).unwrap();
+        assert_eq!(url.server(), "[::1]:6379");
+
+        for bad in [
+            serde_json::json!({"host": "db/evil"}),
+            serde_json::json!({"host": "db", "port": 70000}),
+            serde_json::json!({"host": "db", "port": "x"}),
+            serde_json::json!({"port": 5432}),
+            serde_json::json!({"host": "db", "password": 5}),
+        ] {
+            assert!(
+                AdminUrl::from_server("db", TargetKind::Mysql, &bad).is_err(),
+                "{bad}"
+            );
+        }
+        let e = AdminUrl::from_server(
+            "db",
+            TargetKind::Mysql,
+            &serde_json::json!({"host": "x y",
+            "password": "hunter2"}),
+        )
+        .unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 
     #[test]

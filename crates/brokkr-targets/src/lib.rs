@@ -145,6 +145,8 @@ pub trait Target: Send + Sync {
 #[derive(Clone, Default)]
 pub struct Targets {
     targets: BTreeMap<String, Arc<dyn Target>>,
+    /// Targets without an admin URL, whose steps name the server (`server:`).
+    per_step: BTreeMap<String, TargetConfig>,
     facts: serde_json::Map<String, Value>,
 }
 
@@ -155,22 +157,20 @@ impl Targets {
     pub fn from_config(config: &BTreeMap<String, TargetConfig>) -> Result<Self, TargetError> {
         let mut targets = Self::default();
         for (name, target) in config {
-            let timeout = target.timeout.unwrap_or(Duration::from_secs(10));
+            if target.servers_per_step() {
+                targets.per_step.insert(name.clone(), target.clone());
+                let facts = json!({"kind": target.kind.as_str()});
+                targets.facts.insert(name.clone(), facts);
+                continue;
+            }
             let (built, facts): (Arc<dyn Target>, Value) = match target.kind {
                 TargetKind::Kubernetes => (
                     Arc::new(kubernetes::Kubernetes::new(name, target)),
                     kubernetes::facts(target),
                 ),
-                kind => {
+                _ => {
                     let url = AdminUrl::resolve(name, target)?;
-                    let built: Arc<dyn Target> = match kind {
-                        TargetKind::Postgres => {
-                            Arc::new(postgres::Postgres::new(name, &url, timeout)?)
-                        }
-                        TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, &url, timeout)?),
-                        _ => Arc::new(redis::Redis::new(name, &url, timeout)?),
-                    };
-                    (built, facts(target, &url))
+                    (build(name, target, &url)?, facts(target, &url))
                 }
             };
             targets.insert(name, built, facts);
@@ -189,10 +189,42 @@ impl Targets {
         self.targets.get(name)
     }
 
+    /// Target `name` administering the server a step names: its rendered `server` tree
+    /// (`{host, port, username, password, database}`). Building one opens no connection.
+    pub fn on_server(&self, name: &str, server: &Value) -> Result<Arc<dyn Target>, TargetError> {
+        let Some(config) = self.per_step.get(name) else {
+            return Err(TargetError::Invalid(format!(
+                "target {name} is not one whose steps name their server"
+            )));
+        };
+        let url = AdminUrl::from_server(name, config.kind, server)?;
+        build(name, config, &url)
+    }
+
     /// `targets` in templates: for each target, `kind`, `host` and `port`.
     pub fn facts(&self) -> Value {
         Value::Object(self.facts.clone())
     }
+}
+
+/// How long one connection attempt or statement of `target` may take.
+fn timeout(target: &TargetConfig) -> Duration {
+    target.timeout.unwrap_or(Duration::from_secs(10))
+}
+
+/// The shared-server target of `config`'s kind for the server at `url`.
+fn build(
+    name: &str,
+    config: &TargetConfig,
+    url: &AdminUrl,
+) -> Result<Arc<dyn Target>, TargetError> {
+    let timeout = timeout(config);
+    Ok(match config.kind {
+        TargetKind::Postgres => Arc::new(postgres::Postgres::new(name, url, timeout)?),
+        TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, url, timeout)?),
+        TargetKind::Redis => Arc::new(redis::Redis::new(name, url, timeout)?),
+        TargetKind::Kubernetes => Arc::new(kubernetes::Kubernetes::new(name, config)),
+    })
 }
 
 /// What bindings are told about a target: the configured host and port, else the admin URL's.
@@ -210,6 +242,9 @@ pub fn facts(target: &TargetConfig, url: &AdminUrl) -> Value {
 pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
     if target.kind == TargetKind::Kubernetes {
         return kubernetes::facts(target);
+    }
+    if target.servers_per_step() {
+        return json!({"kind": target.kind.as_str()});
     }
     if let Ok(url) = AdminUrl::resolve(name, target) {
         return facts(target, &url);
