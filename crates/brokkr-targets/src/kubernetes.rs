@@ -230,7 +230,7 @@ impl Kubernetes {
     }
 
     /// Classifies an API error: conflicts, throttling, server errors and transport errors may
-    /// pass; the rest (refused, forbidden, not found) will not.
+    /// pass; the rest (refused, forbidden, not found, an apply the server cannot merge) will not.
     fn error(&self, doing: &str, e: kube::Error) -> TargetError {
         match e {
             kube::Error::Api(status) => {
@@ -238,7 +238,14 @@ impl Kubernetes {
                     "kubernetes target {}: {doing}: {} ({} {})",
                     self.name, status.message, status.code, status.reason
                 );
+                // A server-side apply whose object the server cannot merge (a list entry
+                // without its key field, such as a port without `protocol` before Kubernetes
+                // 1.21) comes back as a 500, yet no retry will ever pass.
+                let unmergeable = status
+                    .message
+                    .starts_with("failed to create typed patch object");
                 match status.code {
+                    500 if unmergeable => TargetError::Invalid(message),
                     409 | 429 | 500.. => TargetError::Unavailable(message),
                     _ => TargetError::Invalid(message),
                 }

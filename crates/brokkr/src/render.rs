@@ -520,8 +520,14 @@ blueprints:
             ),
             (
                 "b".to_owned(),
-                target(TargetKind::Redis, Some("cache"), &None),
+                // An admin URL that is not at hand here: the configured host, the usual port.
+                target(
+                    TargetKind::Redis,
+                    Some("cache"),
+                    &Some("/nonexistent/url".into()),
+                ),
             ),
+            ("d".to_owned(), target(TargetKind::Postgres, None, &None)),
             (
                 "c".to_owned(),
                 target(TargetKind::Mysql, Some("my"), &url_file),
@@ -535,6 +541,8 @@ blueprints:
                 "a": {"kind": "postgres", "host": "db.internal", "port": 5433},
                 "b": {"kind": "redis", "host": "cache", "port": 6379},
                 "c": {"kind": "mysql", "host": "my", "port": 5433},
+                // No admin URL: its steps name their servers.
+                "d": {"kind": "postgres"},
             })
         );
     }
