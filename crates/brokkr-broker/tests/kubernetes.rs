@@ -675,6 +675,67 @@ async fn a_per_instance_namespace_lives_as_long_as_its_instance() {
     assert!(fake.get("v1", "Namespace", None, &ns).is_none());
 }
 
+impl Cluster {
+    /// Server-side applies `object` as the test's own field manager.
+    async fn apply(&self, object: &Value) {
+        let ns = object["metadata"]["namespace"].as_str();
+        let api = self
+            .api(
+                object["apiVersion"].as_str().unwrap(),
+                object["kind"].as_str().unwrap(),
+                ns,
+            )
+            .await;
+        let name = object["metadata"]["name"].as_str().unwrap();
+        api.patch(
+            name,
+            &PatchParams::apply("brokkr-e2e").force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Gives the broker's ServiceAccount exactly the permissions deploy/rbac grants it
+/// (serviceaccount.yaml and the `roles` files) and returns a kubeconfig that acts as it, next
+/// to the admin's `kubeconfig`: the flows then prove those roles are enough.
+async fn broker_kubeconfig(cluster: &Cluster, kubeconfig: &str, roles: &[&str]) -> String {
+    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/rbac");
+    for file in std::iter::once(&"serviceaccount.yaml").chain(roles) {
+        let text = std::fs::read_to_string(format!("{rbac}/{file}")).unwrap();
+        let objects: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        for object in objects.iter().filter(|o| o.is_object()) {
+            cluster.apply(object).await;
+        }
+    }
+    // A token the controller-manager's token controller fills in (on every version).
+    cluster
+        .apply(&json!({"apiVersion": "v1", "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "brokkr-e2e-token", "namespace": "brokkr",
+                "annotations": {"kubernetes.io/service-account.name": "brokkr"}}}))
+        .await;
+    let token = eventually(|| async {
+        let secret = cluster
+            .get("v1", "Secret", "brokkr", "brokkr-e2e-token")
+            .await?;
+        secret["data"]["token"]
+            .is_string()
+            .then(|| entries(&secret)["token"].clone())
+    })
+    .await;
+    let admin = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let mut config = serde_json::to_value(admin).unwrap();
+    config["users"] = json!([{"name": "brokkr", "user": {"token": token}}]);
+    for context in config["contexts"].as_array_mut().unwrap() {
+        context["context"]["user"] = json!("brokkr");
+    }
+    let path = std::env::temp_dir().join(format!("brokkr-e2e-{}.kubeconfig", uuid::Uuid::new_v4()));
+    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+    path.display().to_string()
+}
+
 /// A real cluster from BROKKR_E2E_KUBECONFIG, and a fresh namespace in it.
 async fn real() -> (Cluster, String, String) {
     let path = std::env::var("BROKKR_E2E_KUBECONFIG")
@@ -717,6 +778,7 @@ async fn real() -> (Cluster, String, String) {
 #[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn manifests_postgres_lifecycle_on_a_cluster() {
     let (cluster, kubeconfig, ns) = real().await;
+    let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["manifests.yaml"]).await;
     manifests_postgres(&cluster, &kubeconfig, &ns).await;
 }
 
@@ -756,5 +818,6 @@ async fn kubedb_postgres_lifecycle_on_a_cluster() {
     .unwrap();
     let gvk = GroupVersionKind::gvk("kubedb.com", "v1", "Postgres");
     eventually(|| async { kube::discovery::pinned_kind(client, &gvk).await.ok() }).await;
+    let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["kubedb.yaml"]).await;
     kubedb_postgres(&cluster, &kubeconfig, &ns).await;
 }
