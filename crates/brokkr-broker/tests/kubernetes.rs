@@ -210,7 +210,29 @@ fn entries(secret: &Value) -> serde_json::Map<String, Value> {
 
 /// provision → ready → bind → update → unbind → deprovision of the manifests PostgreSQL plan.
 async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
-    let broker = broker(MANIFESTS, kubeconfig).await;
+    // A catalog whose small plan also has a Secret the medium plan does not (a kind the broker's
+    // role covers): the update to medium must prune it.
+    let small =
+        "{name: server, target: cluster, templates: [pg-secret, pg-service, pg-statefulset]}";
+    assert!(MANIFESTS.contains(small));
+    let medium = "    plan: medium\n    instance: *pg-instance\n";
+    assert!(MANIFESTS.contains(medium));
+    let catalog = MANIFESTS
+        .replacen(
+            small,
+            "{name: server, target: cluster, templates: [pg-secret, pg-service, pg-statefulset, \
+             {apiVersion: v1, kind: Secret, metadata: {name: \"{{ registry('name') }}-small\"}, \
+             stringData: {plan: small}}]}",
+            1,
+        )
+        .replacen(
+            medium,
+            &format!(
+                "    plan: medium\n    instance: {{registry: *pg-registry, steps: [{small}]}}\n"
+            ),
+            1,
+        );
+    let broker = broker(&catalog, kubeconfig).await;
     let id = uuid::Uuid::new_v4().to_string();
     let name = object_name("pg", &id);
     let instance = format!("/v2/service_instances/{id}");
@@ -237,6 +259,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         ("v1", "Secret", format!("{name}-auth")),
         ("v1", "Service", name.clone()),
         ("apps/v1", "StatefulSet", name.clone()),
+        ("v1", "Secret", format!("{name}-small")),
     ] {
         let live = cluster.get(api_version, kind, ns, &object).await;
         let live = live.unwrap_or_else(|| panic!("{kind} {object}"));
@@ -306,11 +329,21 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         b.as_str()
     );
 
-    // Update to medium: the StatefulSet changes, and the update waits for it again.
+    // The version is chosen at provision: an update may not change it.
     let r = broker
         .patch(
             &format!("{instance}?accepts_incomplete=true"),
             json!({"service_id": PG, "plan_id": PG_MEDIUM, "parameters": {"version": "17"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+
+    // Update to medium: the StatefulSet changes, the Secret only small has is pruned, and the
+    // update waits for the StatefulSet again.
+    let r = broker
+        .patch(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_MEDIUM}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -320,7 +353,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     })
     .await;
     let container = &sts["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["image"], "postgres:17");
+    assert_eq!(container["image"], "postgres:16", "kept");
     assert_eq!(container["resources"]["limits"]["memory"], "2Gi");
     let claim_template = &sts["spec"]["volumeClaimTemplates"][0];
     assert_eq!(
@@ -329,6 +362,13 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     );
     cluster.make_ready(ns, &name).await;
     ok(&broker.poll(&last, None).await);
+    let pruned = cluster
+        .get("v1", "Secret", ns, &format!("{name}-small"))
+        .await;
+    assert!(
+        pruned.is_none(),
+        "the Secret of the small plan is still there"
+    );
 
     // Unbind removes the Secret.
     let r = broker
@@ -357,18 +397,21 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let done = broker.poll(&last, None).await;
     ok(&done);
     assert!(!done.description().contains("skipped"), "{:?}", done.body);
+    // The objects brokkr applied are gone when the deprovision ends; the claim, held by the
+    // `kubernetes.io/pvc-protection` finalizer until its Pod is gone, soon after.
     for (api_version, kind, object) in [
         ("apps/v1", "StatefulSet", name.clone()),
         ("v1", "Service", name.clone()),
         ("v1", "Secret", format!("{name}-auth")),
-        ("v1", "PersistentVolumeClaim", claim),
     ] {
         let gone = cluster.get(api_version, kind, ns, &object).await;
-        assert!(
-            gone.is_none() || gone.unwrap()["metadata"]["deletionTimestamp"].is_string(),
-            "{kind} {object} is still there"
-        );
+        assert!(gone.is_none(), "{kind} {object} is still there");
     }
+    eventually(|| async {
+        let claim = cluster.get("v1", "PersistentVolumeClaim", ns, &claim).await;
+        claim.is_none().then_some(())
+    })
+    .await;
 }
 
 /// provision → KubeDB ready → credentials read back → bind → unbind → deprovision of the
