@@ -561,7 +561,10 @@ impl Target for Kubernetes {
                 if keep.contains(&(kind.clone(), name.clone())) {
                     continue;
                 }
-                if kind == "PersistentVolumeClaim" && self.pvc_policy == PvcPolicy::Retain {
+                // The live object's annotation, as it was applied, says what happens to claims.
+                let live = serde_json::to_value(&stale).unwrap_or_default();
+                let policy = self.pvc_policy(&live).unwrap_or(self.pvc_policy);
+                if kind == "PersistentVolumeClaim" && policy == PvcPolicy::Retain {
                     continue;
                 }
                 info!(target = %self.name, kind = %kind, name = %name, "pruning");
@@ -569,6 +572,14 @@ impl Target for Kubernetes {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(self.error(&format!("pruning {kind} {name}"), e)),
+                }
+                // A pruned StatefulSet's claims go with it, as on deprovision; they are marked
+                // for deletion here and go once its Pods are gone.
+                if kind == "StatefulSet"
+                    && policy == PvcPolicy::Delete
+                    && let Some(ns) = &at.namespace
+                {
+                    self.delete_claims(ns, &name, scope).await?;
                 }
             }
         }

@@ -186,6 +186,23 @@ async fn namespace_policies() {
     per.delete(&service("a"), &scope(&context, "one"))
         .await
         .unwrap();
+    // A claim still being deleted (its Pod not yet gone) is waited for.
+    fake.create(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-a-0", "namespace": ns,
+            "finalizers": ["kubernetes.io/pvc-protection"]}}));
+    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(fake.client(), &ns);
+    claims
+        .delete("data-a-0", &Default::default())
+        .await
+        .unwrap();
+    let e = per.released(&scope(&context, "one")).await.unwrap_err();
+    assert!(
+        matches!(&e, TargetError::Unavailable(m) if m.contains("data-a-0")),
+        "{e}"
+    );
+    assert!(fake.get("v1", "Namespace", None, &ns).is_some());
+    fake.set_finalizers("v1", "PersistentVolumeClaim", Some(&ns), "data-a-0", &[]);
     per.released(&scope(&context, "one")).await.unwrap();
     assert!(fake.get("v1", "Namespace", None, &ns).is_none());
     // Another instance's namespace of the same name is never taken over.
@@ -389,6 +406,51 @@ async fn update_prunes_what_the_new_render_drops() {
             "{name}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_pruned_statefulset_takes_its_claims_as_its_annotation_says() {
+    let fake = FakeCluster::start().await;
+    let k = target(
+        &fake,
+        NamespacePolicy::Fixed("default".into()),
+        PvcPolicy::Delete,
+    );
+    let context = json!({});
+    let s = scope(&context, "server");
+    let mut kept = statefulset("kept", 1);
+    kept["metadata"]["annotations"] = json!({"brokkr.dev/pvc-policy": "retain"});
+    for (sts, annotation) in [
+        ("dropped", "delete"),
+        ("kept", "retain"),
+        ("archived", "retain"),
+    ] {
+        let mut object = statefulset(sts, 1);
+        object["metadata"]["annotations"] = json!({"brokkr.dev/pvc-policy": annotation});
+        k.apply(&object, &s).await.unwrap();
+        let live = fake
+            .get("apps/v1", "StatefulSet", Some("default"), sts)
+            .unwrap();
+        let labels = live["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"].clone();
+        fake.create(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": format!("data-{sts}-0"), "namespace": "default",
+                "labels": labels}}));
+    }
+    k.prune(std::slice::from_ref(&kept), &s).await.unwrap();
+    let claim = |name: &str| fake.get("v1", "PersistentVolumeClaim", Some("default"), name);
+    for gone in ["dropped", "archived"] {
+        assert!(
+            fake.get("apps/v1", "StatefulSet", Some("default"), gone)
+                .is_none(),
+            "{gone}"
+        );
+    }
+    assert!(
+        claim("data-dropped-0").is_none(),
+        "deleted with its StatefulSet"
+    );
+    assert!(claim("data-archived-0").is_some(), "retained by annotation");
+    assert!(claim("data-kept-0").is_some(), "a kept StatefulSet's claim");
 }
 
 #[tokio::test]

@@ -101,9 +101,21 @@ impl Kubernetes {
             .list(&ListParams::default())
             .await
             .map_err(|e| self.error(&format!("listing the claims in namespace {ns}"), e))?;
-        if !retained.items.is_empty() {
+        // A claim on its way out (held by `pvc-protection` until its Pod is gone, or being
+        // removed by an operator) is waited for; only a live one means the data is kept.
+        let (leaving, kept): (Vec<_>, Vec<_>) = retained
+            .items
+            .iter()
+            .partition(|c| c.metadata.deletion_timestamp.is_some());
+        if !kept.is_empty() {
             info!(target = %self.name, namespace = %ns, "namespace kept: it holds retained claims");
             return Ok(());
+        }
+        if let Some(claim) = leaving.first() {
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            return Err(TargetError::Unavailable(format!(
+                "waiting for PersistentVolumeClaim {name} to be deleted before namespace {ns}"
+            )));
         }
         let kind = self.kind(client, "v1", "Namespace").await?;
         let at = Located {
