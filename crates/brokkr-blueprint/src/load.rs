@@ -540,21 +540,17 @@ impl Validator {
             self.error(file, &at, "a target name is letters, digits, `-` and `_`");
         }
         if target.kind == TargetKind::Kubernetes {
-            for (field, set) in [
+            let fields = [
                 ("url_env", target.url_env.is_some()),
                 ("url_file", target.url_file.is_some()),
                 ("host", target.host.is_some()),
                 ("port", target.port.is_some()),
-            ] {
-                if set {
-                    self.error(
-                        file,
-                        format!("{at}.{field}"),
-                        "a kubernetes target has no admin URL, host or port; it reaches the \
-                         cluster through `kubeconfig` (or in-cluster configuration)",
-                    );
-                }
-            }
+            ];
+            self.refuse_fields(file, &at, &fields, |_| {
+                "a kubernetes target has no admin URL, host or port; it reaches the cluster \
+                 through `kubeconfig` (or in-cluster configuration)"
+                    .into()
+            });
             if let Some(NamespacePolicy::Fixed(ns)) = &target.namespace
                 && !is_dns_label(ns)
             {
@@ -566,19 +562,16 @@ impl Validator {
             }
             return;
         }
-        for (field, set) in [
+        let fields = [
             ("kubeconfig", target.kubeconfig.is_some()),
             ("context", target.context.is_some()),
             ("namespace", target.namespace.is_some()),
             ("pvc_policy", target.pvc_policy.is_some()),
-        ] {
-            if set {
-                let kind = target.kind.as_str();
-                let message =
-                    format!("only a kubernetes target has `{field}` (this one is {kind})");
-                self.error(file, format!("{at}.{field}"), message);
-            }
-        }
+        ];
+        let kind = target.kind.as_str();
+        self.refuse_fields(file, &at, &fields, |field| {
+            format!("only a kubernetes target has `{field}` (this one is {kind})")
+        });
         if target.url_env.is_some() && target.url_file.is_some() {
             self.error(
                 file,
@@ -587,22 +580,31 @@ impl Validator {
             );
         }
         if target.servers_per_step() {
-            for (field, set) in [
+            let fields = [
                 ("host", target.host.is_some()),
                 ("port", target.port.is_some()),
-            ] {
-                if set {
-                    self.error(
-                        file,
-                        format!("{at}.{field}"),
-                        "a target without an admin URL administers the servers its steps name \
-                         (`server:`); give bindings their host and port in the credentials",
-                    );
-                }
-            }
+            ];
+            self.refuse_fields(file, &at, &fields, |_| {
+                "a target without an admin URL administers the servers its steps name \
+                 (`server:`); give bindings their host and port in the credentials"
+                    .into()
+            });
         }
         if target.port == Some(0) {
             self.error(file, format!("{at}.port"), "must be 1-65535");
+        }
+    }
+
+    /// Reports each of `fields` (name, whether it is set) that is set at `at`.
+    fn refuse_fields(
+        &mut self,
+        file: &str,
+        at: &str,
+        fields: &[(&str, bool)],
+        message: impl Fn(&str) -> String,
+    ) {
+        for (field, _) in fields.iter().filter(|(_, set)| *set) {
+            self.error(file, format!("{at}.{field}"), message(field));
         }
     }
 

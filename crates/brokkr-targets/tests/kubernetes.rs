@@ -25,6 +25,15 @@ fn target(fake: &FakeCluster, namespace: NamespacePolicy, pvc: PvcPolicy) -> Kub
     Kubernetes::with_client("cluster", fake.client(), namespace, pvc)
 }
 
+/// A target that puts objects in namespace `default` and deletes claims with their StatefulSet.
+fn in_default(fake: &FakeCluster) -> Kubernetes {
+    target(
+        fake,
+        NamespacePolicy::Fixed("default".into()),
+        PvcPolicy::Delete,
+    )
+}
+
 fn statefulset(name: &str, replicas: i64) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -93,11 +102,7 @@ async fn apply_labels_objects_and_uses_server_side_apply() {
 #[tokio::test]
 async fn long_ids_are_hashed_in_labels_and_kept_whole_in_annotations() {
     let fake = FakeCluster::start().await;
-    let k = target(
-        &fake,
-        NamespacePolicy::Fixed("default".into()),
-        PvcPolicy::Delete,
-    );
+    let k = in_default(&fake);
     let long = "i".repeat(80);
     let context = json!({});
     let s = Scope {
@@ -220,11 +225,7 @@ async fn namespace_policies() {
 #[tokio::test]
 async fn readiness_follows_live_status_and_declared_checks() {
     let fake = FakeCluster::start().await;
-    let k = target(
-        &fake,
-        NamespacePolicy::Fixed("default".into()),
-        PvcPolicy::Delete,
-    );
+    let k = in_default(&fake);
     let context = json!({});
     let s = scope(&context, "server");
     let sts = statefulset("pg", 3);
@@ -286,11 +287,7 @@ async fn readiness_follows_live_status_and_declared_checks() {
 async fn custom_resources_are_discovered_applied_and_read_back() {
     let fake = FakeCluster::start().await;
     fake.add_kind("kubedb.com", "v1", "Postgres", "postgreses", true);
-    let k = target(
-        &fake,
-        NamespacePolicy::Fixed("default".into()),
-        PvcPolicy::Delete,
-    );
+    let k = in_default(&fake);
     let context = json!({});
     let s = scope(&context, "db");
     let pg = json!({"apiVersion": "kubedb.com/v1", "kind": "Postgres", "metadata": {"name": "pg"},
@@ -364,11 +361,7 @@ async fn custom_resources_are_discovered_applied_and_read_back() {
 #[tokio::test]
 async fn update_prunes_what_the_new_render_drops() {
     let fake = FakeCluster::start().await;
-    let k = target(
-        &fake,
-        NamespacePolicy::Fixed("default".into()),
-        PvcPolicy::Delete,
-    );
+    let k = in_default(&fake);
     let context = json!({});
     let s = scope(&context, "server");
     let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tuning"},
@@ -411,11 +404,7 @@ async fn update_prunes_what_the_new_render_drops() {
 #[tokio::test]
 async fn a_pruned_statefulset_takes_its_claims_as_its_annotation_says() {
     let fake = FakeCluster::start().await;
-    let k = target(
-        &fake,
-        NamespacePolicy::Fixed("default".into()),
-        PvcPolicy::Delete,
-    );
+    let k = in_default(&fake);
     let context = json!({});
     let s = scope(&context, "server");
     let mut kept = statefulset("kept", 1);
@@ -456,11 +445,7 @@ async fn a_pruned_statefulset_takes_its_claims_as_its_annotation_says() {
 #[tokio::test]
 async fn delete_waits_until_gone_and_follows_the_pvc_policy() {
     let fake = FakeCluster::start().await;
-    let k = target(
-        &fake,
-        NamespacePolicy::Fixed("default".into()),
-        PvcPolicy::Delete,
-    );
+    let k = in_default(&fake);
     let context = json!({});
     let s = scope(&context, "server");
     let sts = statefulset("pg", 1);
