@@ -687,8 +687,14 @@ async fn a_namespace_missing_from_the_context_fails_the_provision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_per_instance_namespace_lives_as_long_as_its_instance() {
     let (cluster, _dir, kubeconfig) = fake().await;
+    per_instance_namespace(&cluster, &kubeconfig).await;
+}
+
+/// provision → ready → deprovision of the manifests PostgreSQL plan with `namespace:
+/// per-instance`: the namespace comes with the instance and goes with it.
+async fn per_instance_namespace(cluster: &Cluster, kubeconfig: &str) {
     let catalog = MANIFESTS.replace("namespace: from-context", "namespace: per-instance");
-    let broker = broker(&catalog, &kubeconfig).await;
+    let broker = broker(&catalog, kubeconfig).await;
     let id = uuid::Uuid::new_v4().to_string();
     let name = object_name("pg", &id);
     let ns = brokkr_targets::kubernetes::instance_namespace(&id);
@@ -697,28 +703,36 @@ async fn a_per_instance_namespace_lives_as_long_as_its_instance() {
     let r = broker
         .put(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"}}),
+            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"},
+                "parameters": {"storage": "1Gi"}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
     broker.poll(&last, Some("waiting for StatefulSet")).await;
-    let Cluster::Fake(fake) = &cluster else {
-        unreachable!()
-    };
-    assert!(fake.get("v1", "Namespace", None, &ns).is_some());
+    assert!(cluster.namespace(&ns).await.is_some());
     cluster.make_ready(&ns, &name).await;
     ok(&broker.poll(&last, None).await);
+    cluster.claim(&ns, &name).await;
     let r = broker
         .delete(&format!(
             "{instance}?accepts_incomplete=true&service_id={PG}&plan_id={PG_SMALL}"
         ))
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    ok(&broker.poll(&last, None).await);
-    assert!(fake.get("v1", "Namespace", None, &ns).is_none());
+    let done = broker.poll(&last, None).await;
+    ok(&done);
+    assert!(!done.description().contains("skipped"), "{:?}", done.body);
+    assert!(cluster.namespace(&ns).await.is_none());
 }
 
 impl Cluster {
+    /// Namespace `name`, if it exists.
+    async fn namespace(&self, name: &str) -> Option<Value> {
+        let api = self.api("v1", "Namespace", None).await;
+        let found = api.get_opt(name).await.unwrap();
+        found.map(|o| serde_json::to_value(o).unwrap())
+    }
+
     /// Server-side applies `object` as the test's own field manager.
     async fn apply(&self, object: &Value) {
         let ns = object["metadata"]["namespace"].as_str();
@@ -823,6 +837,15 @@ async fn manifests_postgres_lifecycle_on_a_cluster() {
     let (cluster, kubeconfig, ns) = real().await;
     let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["manifests.yaml"]).await;
     manifests_postgres(&cluster, &kubeconfig, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+async fn a_per_instance_namespace_lives_as_long_as_its_instance_on_a_cluster() {
+    let (cluster, kubeconfig, _) = real().await;
+    let roles = ["manifests.yaml", "per-instance-namespaces.yaml"];
+    let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &roles).await;
+    per_instance_namespace(&cluster, &kubeconfig).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
