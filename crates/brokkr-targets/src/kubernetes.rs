@@ -21,7 +21,8 @@
 //! the claims of its volume claim templates, unless the PVC policy is `retain` (the target's
 //! `pvc_policy`, or the annotation `brokkr.dev/pvc-policy` on the rendered object); a rendered
 //! PersistentVolumeClaim follows the same policy. [`Target::prune`] deletes the objects labelled
-//! with the instance and step that an update no longer renders. [`readiness`] holds the
+//! with the instance and step that an update no longer renders, claims by the same policy (read
+//! from the live object's annotation). [`readiness`] holds the
 //! built-in rules and the checks a step declares.
 //!
 //! A binding step may publish the bind's credentials as a Secret of type
