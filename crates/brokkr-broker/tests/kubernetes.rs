@@ -29,6 +29,7 @@ const PG_SMALL: &str = "7a1d0c52-9f3e-4b8a-a1c4-5d2e6f7a8b11";
 const PG_MEDIUM: &str = "7a1d0c52-9f3e-4b8a-a1c4-5d2e6f7a8b12";
 const KUBEDB_PG: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e01";
 const KUBEDB_PG_SMALL: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e11";
+const KUBEDB_PG_MEDIUM: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e12";
 
 /// The cluster a flow runs against: the fake, or a real one.
 enum Cluster {
@@ -491,7 +492,7 @@ async fn unbind(broker: &TestBroker, instance: &str, b: &str) {
     let binding = format!("{instance}/service_bindings/{b}");
     let r = broker
         .delete(&format!(
-            "{binding}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
+            "{binding}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_MEDIUM}"
         ))
         .await;
     assert!(r.status.is_success(), "{:?}", r.body);
@@ -551,16 +552,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
             "stringData": {"username": admin_user, "password": admin_password}}),
         )
         .await;
-    cluster
-        .set_status(
-            "kubedb.com/v1",
-            "Postgres",
-            ns,
-            &name,
-            json!({"phase": "Ready",
-            "conditions": [{"type": "Ready", "status": "True"}]}),
-        )
-        .await;
+    cluster.kubedb_ready(ns, &name).await;
     ok(&broker.poll(&last, None).await);
     let owner = format!("{database}_owner");
     let made = format!("SELECT datname::text FROM pg_database WHERE datname = '{database}'");
@@ -607,6 +599,32 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     assert!(refused.is_err(), "a read-only binding wrote");
     conn.close().await.unwrap();
 
+    // Update to medium: the resource gets the new sizes, keeps its version, and the update
+    // waits until KubeDB has seen the new spec (its status of the old one does not count).
+    let r = broker
+        .patch(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_MEDIUM}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let waiting = broker.poll(&last, Some("to observe generation")).await;
+    assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
+    let pg = cluster
+        .get("kubedb.com/v1", "Postgres", ns, &name)
+        .await
+        .unwrap();
+    assert_eq!(
+        pg["metadata"]["labels"]["brokkr.dev/plan"],
+        KUBEDB_PG_MEDIUM
+    );
+    assert_eq!(pg["spec"]["version"], "16.4");
+    let container = &pg["spec"]["podTemplate"]["spec"]["containers"][0];
+    assert_eq!(container["resources"]["limits"]["memory"], "4Gi");
+    cluster.kubedb_ready(ns, &name).await;
+    ok(&broker.poll(&last, None).await);
+    login(&read_only).await.unwrap().close().await.unwrap();
+
     // Unbinding drops the user: its credentials stop working, the other binding's do not.
     unbind(&broker, &instance, &writer).await;
     assert!(
@@ -623,7 +641,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
 
     let r = broker
         .delete(&format!(
-            "{instance}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_SMALL}"
+            "{instance}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_MEDIUM}"
         ))
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -726,6 +744,19 @@ async fn per_instance_namespace(cluster: &Cluster, kubeconfig: &str) {
 }
 
 impl Cluster {
+    /// What KubeDB reports once a database runs its latest spec: phase Ready, the Ready
+    /// condition, the generation it describes.
+    async fn kubedb_ready(&self, ns: &str, name: &str) {
+        let live = self
+            .get("kubedb.com/v1", "Postgres", ns, name)
+            .await
+            .unwrap();
+        let status = json!({"phase": "Ready", "observedGeneration": live["metadata"]["generation"],
+            "conditions": [{"type": "Ready", "status": "True"}]});
+        self.set_status("kubedb.com/v1", "Postgres", ns, name, status)
+            .await;
+    }
+
     /// Namespace `name`, if it exists.
     async fn namespace(&self, name: &str) -> Option<Value> {
         let api = self.api("v1", "Namespace", None).await;

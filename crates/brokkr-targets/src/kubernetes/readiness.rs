@@ -8,7 +8,7 @@
 //! | StatefulSet | the controller saw the latest spec; ready replicas = `spec.replicas`; the current revision is the update revision |
 //! | Job | condition `Complete` is `True` (a `Failed` condition fails the step) |
 //! | PersistentVolumeClaim | `status.phase` is `Bound` |
-//! | anything else | its `Ready` condition, else its `Available` condition, is `True`; objects without either are ready |
+//! | anything else | its status, when it names an `observedGeneration`, describes the latest spec; its `Ready` condition, else its `Available` condition, is `True`; objects without either are ready |
 //!
 //! A step's `readiness` entries ([`Check`]) add a condition (`condition: {type, status}`) or a
 //! field (`jsonpath: "{.status.phase}"`, `equals: Running`) that must hold.
@@ -69,6 +69,12 @@ pub fn builtin(kind: &str, live: &Value) -> Result<Readiness, String> {
             }
         }
         _ => {
+            // A status that says which generation it describes is stale until it reaches the
+            // object's: an update's new spec is not ready on the strength of the old one's.
+            if status.get("observedGeneration").is_some() && !observed {
+                let generation = live["metadata"]["generation"].as_i64().unwrap_or(0);
+                return waiting(format!("to observe generation {generation}"));
+            }
             for t in ["Ready", "Available"] {
                 if let Some(c) = condition(live, t) {
                     if c["status"] != "True" {
@@ -274,6 +280,17 @@ mod tests {
         );
         let plain = json!({"metadata": {"name": "s"}, "data": {}});
         assert_eq!(builtin("Secret", &plain), Ok(Readiness::Ready));
+
+        // After an update, a Ready status of the previous generation is not enough.
+        let updated = json!({"metadata": {"name": "pg", "generation": 3}, "status": {
+            "observedGeneration": 2, "conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            waiting(builtin("Postgres", &updated)),
+            "waiting for Postgres pg to observe generation 3"
+        );
+        let mut seen = updated.clone();
+        seen["status"]["observedGeneration"] = json!(3);
+        assert_eq!(builtin("Postgres", &seen), Ok(Readiness::Ready));
     }
 
     #[test]
