@@ -415,14 +415,16 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     .await;
 }
 
-/// provision → KubeDB ready → credentials read back → bind → unbind → deprovision of the
-/// KubeDB PostgreSQL small plan.
-/// The PostgreSQL server that stands in for the one KubeDB would run: the test server
-/// (BROKKR_TEST_POSTGRES_URL, as scripts/test sets it), with its host, port and admin login.
+/// The admin URL of the PostgreSQL server that stands in for the one KubeDB would run: the
+/// test server (BROKKR_TEST_POSTGRES_URL, as scripts/test sets it).
+fn stand_in_admin_url() -> String {
+    std::env::var("BROKKR_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into())
+}
+
+/// The stand-in server's host, port and admin login.
 fn stand_in_postgres() -> (String, u16, String, String) {
-    let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
-    let url = reqwest::Url::parse(&admin).unwrap();
+    let url = reqwest::Url::parse(&stand_in_admin_url()).unwrap();
     let host = url.host_str().unwrap().to_owned();
     let port = url.port().unwrap_or(5432);
     let password = url.password().unwrap_or_default().to_owned();
@@ -461,9 +463,7 @@ async fn login(credentials: &Value) -> Result<PgConnection, sqlx::Error> {
 
 /// Runs `sql` as the stand-in server's admin, in its admin database.
 async fn as_admin(sql: &str) -> Vec<String> {
-    let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
-    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let mut conn = PgConnection::connect(&stand_in_admin_url()).await.unwrap();
     let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
         .fetch_all(&mut conn)
         .await
@@ -501,8 +501,9 @@ async fn unbind(broker: &TestBroker, instance: &str, b: &str) {
         .await);
 }
 
-/// provision → ready → two binds, each with its own user → unbind → deprovision of the KubeDB
-/// PostgreSQL plan. The server KubeDB would run is the test PostgreSQL server.
+/// provision → ready → two binds, each with its own user → update to medium → unbind →
+/// deprovision of the KubeDB PostgreSQL plan. The server KubeDB would run is the test
+/// PostgreSQL server.
 async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let database = format!("app_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let broker = broker(&kubedb_catalog(&database), kubeconfig).await;

@@ -598,22 +598,17 @@ impl Engine {
         elapsed_ms: i64,
     ) -> StepOutcome {
         let target = match &step.server {
-            None => match self.inner.targets.get(name) {
-                Some(target) => Arc::clone(target),
-                None => {
-                    return StepOutcome::Fail(format!("no target named {name:?} is configured"));
-                }
-            },
-            Some(server) => {
-                let built = match self.inner.evaluator.renderer.render(server, context) {
-                    Ok(server) => self.inner.targets.on_server(name, &server),
-                    Err(e) => return StepOutcome::Fail(format!("server: {e}")),
-                };
-                match built {
-                    Ok(target) => target,
-                    Err(e) => return StepOutcome::Fail(e.to_string()),
-                }
-            }
+            None => (self.inner.targets.get(name).cloned())
+                .ok_or_else(|| format!("no target named {name:?} is configured")),
+            Some(server) => (self.inner.evaluator.renderer.render(server, context))
+                .map_err(|e| format!("server: {e}"))
+                .and_then(|server| {
+                    (self.inner.targets.on_server(name, &server)).map_err(|e| e.to_string())
+                }),
+        };
+        let target = match target {
+            Ok(target) => target,
+            Err(reason) => return StepOutcome::Fail(reason),
         };
         let resources = match self.inner.evaluator.resources(&step.templates, context) {
             Ok(resources) => resources,

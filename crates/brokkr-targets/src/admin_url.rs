@@ -62,13 +62,14 @@ impl AdminUrl {
         }
         let port = match server.get("port") {
             None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => n.as_u64().and_then(|p| u16::try_from(p).ok()),
-            Some(Value::String(s)) => s.parse::<u16>().ok(),
-            Some(_) => Some(0),
+            Some(p) => Some(
+                (p.as_u64()
+                    .or_else(|| p.as_str().and_then(|s| s.parse().ok())))
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0)
+                .ok_or_else(|| invalid("`port` must be 1-65535"))?,
+            ),
         };
-        if port == Some(0) || (server.get("port").is_some_and(|p| !p.is_null()) && port.is_none()) {
-            return Err(invalid("`port` must be 1-65535"));
-        }
         let _ = url.set_port(port);
         if let Some(user) = text("username")? {
             let _ = url.set_username(user);

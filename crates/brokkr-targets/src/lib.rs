@@ -207,23 +207,22 @@ impl Targets {
     }
 }
 
-/// How long one connection attempt or statement of `target` may take.
-fn timeout(target: &TargetConfig) -> Duration {
-    target.timeout.unwrap_or(Duration::from_secs(10))
-}
-
 /// The shared-server target of `config`'s kind for the server at `url`.
 fn build(
     name: &str,
     config: &TargetConfig,
     url: &AdminUrl,
 ) -> Result<Arc<dyn Target>, TargetError> {
-    let timeout = timeout(config);
+    let timeout = config.timeout.unwrap_or(Duration::from_secs(10));
     Ok(match config.kind {
         TargetKind::Postgres => Arc::new(postgres::Postgres::new(name, url, timeout)?),
         TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, url, timeout)?),
         TargetKind::Redis => Arc::new(redis::Redis::new(name, url, timeout)?),
-        TargetKind::Kubernetes => Arc::new(kubernetes::Kubernetes::new(name, config)),
+        TargetKind::Kubernetes => {
+            return Err(TargetError::Invalid(format!(
+                "target {name}: a cluster is reached through its kubeconfig, not an admin URL"
+            )));
+        }
     })
 }
 
