@@ -5,7 +5,6 @@
 use serde_json::{Map, Value, json};
 
 use crate::config::RegistryEntry;
-use crate::credentials;
 use crate::template::Renderer;
 
 /// What templates may know about an instance or a binding.
@@ -132,7 +131,8 @@ impl Evaluator {
             .renderer
             .render(template, &context)
             .map_err(|e| EvaluationError::Template(e.to_string()))?;
-        credentials::finalize(rendered).map_err(|e| EvaluationError::Invalid(e.to_string()))
+        brokkr_servicebinding::finalize(rendered)
+            .map_err(|e| EvaluationError::Invalid(e.to_string()))
     }
 }
 

@@ -8,12 +8,12 @@
 //! field it concerns.
 //!
 //! This crate does no I/O beyond reading configuration files: [`template`] renders typed template
-//! trees, [`credentials`] checks credentials against the servicebinding.io well-known entries, and
-//! [`schema`] validates parameters against a plan's JSON Schemas.
+//! trees, [`evaluate`] checks rendered credentials against the servicebinding.io well-known
+//! entries (the rules of [`brokkr_servicebinding`]), and [`schema`] validates parameters against
+//! a plan's JSON Schemas.
 
 pub mod check;
 pub mod config;
-pub mod credentials;
 pub mod evaluate;
 pub mod functions;
 pub mod load;
