@@ -51,8 +51,6 @@ use tracing::info;
 
 use crate::{Readiness, Scope, Target, TargetError};
 
-#[cfg(feature = "fake")]
-pub mod fake;
 mod names;
 mod namespace;
 pub mod readiness;
