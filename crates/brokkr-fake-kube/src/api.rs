@@ -283,7 +283,7 @@ fn object(
             };
             let changed = match change(request, base) {
                 Ok(changed) => changed,
-                Err(response) => return response,
+                Err((code, reason, message)) => return status(code, reason, message),
             };
             let stale = before.as_ref().is_some_and(|b| {
                 let given = &changed["metadata"]["resourceVersion"];
@@ -317,11 +317,14 @@ fn object(
     }
 }
 
+/// Why a request is refused: its status code, reason and message.
+type Refusal = (StatusCode, &'static str, String);
+
 /// The object a PUT or a PATCH makes of `base`.
-fn change(request: &Request<'_>, mut base: Value) -> Result<Value, Response> {
+fn change(request: &Request<'_>, mut base: Value) -> Result<Value, Refusal> {
     let Ok(body) = serde_json::from_slice::<Value>(request.body) else {
         let message = "the fake reads JSON bodies only".into();
-        return Err(status(StatusCode::BAD_REQUEST, "BadRequest", message));
+        return Err((StatusCode::BAD_REQUEST, "BadRequest", message));
     };
     if *request.method == Method::PUT {
         return Ok(body);
@@ -329,11 +332,8 @@ fn change(request: &Request<'_>, mut base: Value) -> Result<Value, Response> {
     let content_type = request.content_type.as_str();
     if content_type.starts_with("application/json-patch") {
         let mut patch: json_patch::Patch = serde_json::from_value(body).map_err(|e| {
-            status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("JSON patch: {e}"),
-            )
+            let message = format!("JSON patch: {e}");
+            (StatusCode::BAD_REQUEST, "BadRequest", message)
         })?;
         // A real server (evanphx/json-patch) takes an absent value to equal `null`.
         patch.0.retain(|op| match op {
@@ -343,11 +343,8 @@ fn change(request: &Request<'_>, mut base: Value) -> Result<Value, Response> {
             _ => true,
         });
         json_patch::patch(&mut base, &patch).map_err(|e| {
-            status(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Invalid",
-                format!("JSON patch: {e}"),
-            )
+            let message = format!("JSON patch: {e}");
+            (StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
         })?;
         return Ok(base);
     }
@@ -357,7 +354,7 @@ fn change(request: &Request<'_>, mut base: Value) -> Result<Value, Response> {
         "application/strategic-merge-patch",
     ];
     if !merges.iter().any(|m| content_type.starts_with(m)) {
-        return Err(status(
+        return Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
             content_type.to_owned(),
