@@ -26,7 +26,8 @@
 //! built-in rules and the checks a step declares.
 //!
 //! A binding step may publish the bind's credentials as a Secret of type
-//! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]).
+//! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]),
+//! with the entries [`brokkr_servicebinding::BindingSecret`] gives.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
+use brokkr_servicebinding::BindingSecret;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -49,8 +51,6 @@ use tracing::{info, warn};
 
 use crate::{Readiness, Scope, Target, TargetError};
 
-#[cfg(feature = "fake")]
-pub mod fake;
 mod names;
 mod namespace;
 pub mod readiness;
@@ -723,19 +723,14 @@ impl Target for Kubernetes {
                  digits, `-` and `.`, at most 253)"
             )));
         }
-        let Some(kind) = credentials.get("type").and_then(Value::as_str) else {
-            return Err(self.invalid("the credentials have no `type` entry for the Secret's type"));
-        };
+        let secret = BindingSecret::from_credentials(credentials).map_err(|e| self.invalid(e))?;
         let ns = self.namespace(scope)?;
-        let data: Map<String, Value> = credentials
-            .iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
+        let data: Map<String, Value> = secret
+            .entries
+            .into_iter()
+            .map(|(k, text)| {
                 let encoded = base64::engine::general_purpose::STANDARD.encode(text);
-                (k.clone(), Value::String(encoded))
+                (k, Value::String(encoded))
             })
             .collect();
         let mut metadata = json!({"name": name, "namespace": ns});
@@ -745,7 +740,7 @@ impl Target for Kubernetes {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": metadata,
-            "type": format!("servicebinding.io/{kind}"),
+            "type": secret.secret_type,
             "data": data,
         });
         let client = self.client().await?;

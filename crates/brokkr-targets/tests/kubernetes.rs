@@ -3,7 +3,7 @@
 //! policy, read-back and binding Secrets.
 
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig, TargetKind};
-use brokkr_targets::kubernetes::fake::FakeCluster;
+use brokkr_fake_kube::FakeCluster;
 use brokkr_targets::kubernetes::{Kubernetes, instance_namespace, label_value};
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Value, json};
