@@ -138,7 +138,44 @@ pub enum PvcPolicy {
 pub struct CatalogConfig {
     /// Service offerings.
     #[serde(default)]
-    pub services: Vec<brokkr_osb::Service>,
+    pub services: Services,
+}
+
+/// The service offerings of a file, with the keys that are not fields of the OSB catalog (a
+/// misspelt `plan_updatable`): the OSB types accept unknown keys, as a platform must, so they
+/// are noted here and reported by validation.
+#[derive(Debug, Clone, Default)]
+pub struct Services {
+    /// The offerings, as parsed.
+    pub offerings: Vec<brokkr_osb::Service>,
+    /// Paths of unknown keys below `services`: `[0].plans[1].fre`.
+    pub unknown_keys: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for Services {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut unknown_keys = Vec::new();
+        let offerings = serde_ignored::deserialize(deserializer, |path| {
+            unknown_keys.push(field_path(&path));
+        })?;
+        Ok(Self {
+            offerings,
+            unknown_keys,
+        })
+    }
+}
+
+/// `path` as this crate writes field paths: `[0].plans[1].fre`.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => format!("{}.{key}", field_path(parent)),
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
 }
 
 /// The `broker:` section.

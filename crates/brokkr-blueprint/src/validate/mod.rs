@@ -153,13 +153,11 @@ impl Validator {
                     None => store = Some((name.clone(), s)),
                 }
             }
-            for (i, s) in file
-                .catalog
-                .unwrap_or_default()
-                .services
-                .into_iter()
-                .enumerate()
-            {
+            let catalog = file.catalog.unwrap_or_default().services;
+            for key in &catalog.unknown_keys {
+                self.unknown_catalog_key(&name, key);
+            }
+            for (i, s) in catalog.offerings.into_iter().enumerate() {
                 services.push((name.clone(), i, s));
             }
             for (i, b) in file.blueprints.into_iter().enumerate() {
