@@ -49,7 +49,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
     /// How long to run (ignored with --count).
-    #[arg(long, default_value = "10s", value_parser = crate::serve::humantime_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
     duration: Duration,
     /// Stop after this many requests (catalog, poll) or lifecycles.
     #[arg(long)]
