@@ -73,6 +73,11 @@ impl Poll {
         self.deleting = true;
         self
     }
+
+    /// Whether the operation deletes the resource.
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
 }
 
 /// How often and how long to poll.
