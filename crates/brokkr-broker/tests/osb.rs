@@ -103,15 +103,19 @@ async fn catalog_and_headers(backend: Backend) {
     assert_eq!(b.send(wrong).await.status, StatusCode::UNAUTHORIZED);
 
     let rb = b
-        .request(Method::GET, "/v2/catalog")
-        .header("X-Broker-API-Request-Identity", "req-42");
+        .osb
+        .with_request_identity("req-42")
+        .unwrap()
+        .request(Method::GET, "/v2/catalog");
     assert_eq!(
         b.send(rb).await.headers["x-broker-api-request-identity"],
         "req-42"
     );
     let rb = b
-        .request(Method::GET, "/v2/service_instances/nope")
-        .header("X-Broker-API-Request-Identity", "req-43");
+        .osb
+        .with_request_identity("req-43")
+        .unwrap()
+        .request(Method::GET, "/v2/service_instances/nope");
     let r = b.send(rb).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.headers["x-broker-api-request-identity"], "req-43");

@@ -67,6 +67,20 @@ pub struct OriginatingIdentity {
 }
 
 impl OriginatingIdentity {
+    /// An identity for `platform`, e.g. `kubernetes` with `{"username", "uid", "groups", "extra"}`.
+    pub fn new(platform: impl Into<String>, value: Value) -> Self {
+        Self {
+            platform: platform.into(),
+            value,
+        }
+    }
+
+    /// The header value: `<platform> <base64(JSON object)>`.
+    pub fn to_header(&self) -> String {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(self.value.to_string());
+        format!("{} {encoded}", self.platform)
+    }
+
     /// Parses the header value; `None` when it is not `<platform> <base64 JSON object>`.
     pub fn parse(header: &str) -> Option<Self> {
         let (platform, encoded) = header.trim().split_once(' ')?;
@@ -117,5 +131,15 @@ mod tests {
         assert_eq!(id.value["user_id"], "683ea748");
         assert!(OriginatingIdentity::parse("cloudfoundry not-base64!").is_none());
         assert!(OriginatingIdentity::parse("kubernetes WzFd").is_none()); // [1]: not an object
+    }
+
+    #[test]
+    fn originating_identity_round_trips_through_its_header() {
+        let id = OriginatingIdentity::new(
+            "kubernetes",
+            serde_json::json!({"username": "jane", "uid": "1", "groups": ["dev"], "extra": {}}),
+        );
+        assert!(id.to_header().starts_with("kubernetes "));
+        assert_eq!(OriginatingIdentity::parse(&id.to_header()), Some(id));
     }
 }

@@ -1,8 +1,9 @@
 //! Request and response bodies of the instance and binding endpoints.
 //!
-//! Requests are parsed with [`ProvisionRequest::from_slice`] and friends rather than a plain serde
-//! derive, so that a malformed body yields a message naming the field and what it must be, without
-//! echoing the value that was sent (parameters often carry secrets). Unknown fields are ignored, as
+//! A platform serializes requests with serde; a broker parses them with
+//! [`ProvisionRequest::from_slice`] and friends rather than a plain serde derive, so that a
+//! malformed body yields a message naming the field and what it must be, without echoing the value
+//! that was sent (parameters often carry secrets). Unknown fields are ignored, as
 //! the specification requires for vendor extensions.
 
 use serde::{Deserialize, Serialize};
@@ -16,57 +17,72 @@ use crate::catalog::MaintenanceInfo;
 pub struct RequestError(pub String);
 
 /// `PUT /v2/service_instances/:instance_id`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ProvisionRequest {
     /// The service offering.
     pub service_id: String,
     /// The plan.
     pub plan_id: String,
     /// Platform context (`platform`, `namespace`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
     /// Deprecated Cloud Foundry organization.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub organization_guid: Option<String>,
     /// Deprecated Cloud Foundry space.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub space_guid: Option<String>,
     /// User parameters.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Map<String, Value>>,
     /// The maintenance version the platform expects; an object without `version` counts as absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub maintenance_info: Option<MaintenanceInfo>,
 }
 
 /// `PATCH /v2/service_instances/:instance_id`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UpdateRequest {
     /// The service offering; must be the instance's.
     pub service_id: String,
     /// The new plan; absent means unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_id: Option<String>,
     /// Platform context.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
     /// New parameters; absent means unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Map<String, Value>>,
     /// What the platform believes the instance was.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_values: Option<Map<String, Value>>,
     /// The maintenance version to move to; an object without `version` counts as absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub maintenance_info: Option<MaintenanceInfo>,
 }
 
 /// `PUT /v2/service_instances/:instance_id/service_bindings/:binding_id`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct BindRequest {
     /// The service offering.
     pub service_id: String,
     /// The plan.
     pub plan_id: String,
     /// Platform context.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
     /// Deprecated application GUID.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub app_guid: Option<String>,
     /// Platform resource the binding is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bind_resource: Option<Map<String, Value>>,
     /// User parameters.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Map<String, Value>>,
     /// For rotation: the binding this one succeeds.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub predecessor_binding_id: Option<String>,
 }
 
@@ -305,6 +321,17 @@ pub struct BindingResource {
     pub parameters: Option<Map<String, Value>>,
 }
 
+/// The body of a bind response: the binding (200, 201) or the operation to poll (202).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BindResponse {
+    /// The operation to poll, for 202 responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// The binding, for 200 and 201 responses.
+    #[serde(flatten)]
+    pub binding: BindingResource,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +378,69 @@ mod tests {
             assert!(err.contains(expected), "{err}");
             assert!(!err.contains("hunter2"));
         }
+    }
+
+    #[test]
+    fn requests_round_trip_through_their_wire_form() {
+        let object = |v: Value| v.as_object().cloned();
+        let provision = ProvisionRequest {
+            service_id: "s".into(),
+            plan_id: "p".into(),
+            context: object(serde_json::json!({"platform": "kubernetes", "namespace": "a"})),
+            organization_guid: Some("org".into()),
+            space_guid: Some("space".into()),
+            parameters: object(serde_json::json!({"size": 3, "tls": {"on": true}})),
+            maintenance_info: Some(MaintenanceInfo {
+                version: "1.2.0".into(),
+                description: Some("patch".into()),
+            }),
+        };
+        let wire = serde_json::to_vec(&provision).unwrap();
+        assert_eq!(ProvisionRequest::from_slice(&wire).unwrap(), provision);
+
+        let update = UpdateRequest {
+            service_id: "s".into(),
+            plan_id: Some("p2".into()),
+            previous_values: object(serde_json::json!({"plan_id": "p"})),
+            ..UpdateRequest::default()
+        };
+        let wire = serde_json::to_vec(&update).unwrap();
+        assert_eq!(UpdateRequest::from_slice(&wire).unwrap(), update);
+
+        let bind = BindRequest {
+            service_id: "s".into(),
+            plan_id: "p".into(),
+            app_guid: Some("app".into()),
+            bind_resource: object(serde_json::json!({"app_guid": "app"})),
+            predecessor_binding_id: Some("b0".into()),
+            ..BindRequest::default()
+        };
+        let wire = serde_json::to_vec(&bind).unwrap();
+        assert_eq!(BindRequest::from_slice(&wire).unwrap(), bind);
+    }
+
+    #[test]
+    fn absent_fields_are_left_out_of_the_wire_form() {
+        let bind = BindRequest {
+            service_id: "s".into(),
+            plan_id: "p".into(),
+            ..BindRequest::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&bind).unwrap(),
+            serde_json::json!({"service_id": "s", "plan_id": "p"})
+        );
+    }
+
+    #[test]
+    fn bind_responses_carry_a_binding_or_an_operation() {
+        let sync: BindResponse =
+            serde_json::from_str(r#"{"credentials":{"uri":"u"},"metadata":{"expires_at":"x"}}"#)
+                .unwrap();
+        assert_eq!(sync.operation, None);
+        assert_eq!(sync.binding.credentials.unwrap()["uri"], "u");
+        let accepted: BindResponse = serde_json::from_str(r#"{"operation":"op-1"}"#).unwrap();
+        assert_eq!(accepted.operation.as_deref(), Some("op-1"));
+        assert_eq!(accepted.binding, BindingResource::default());
     }
 }

@@ -113,7 +113,7 @@ fn reload(path: Option<&Path>, broker: &Broker, check: &Check, reason: Reason) {
         Reason::Signal => "SIGHUP",
         Reason::FileChanged => "a configuration file changed",
     };
-    let loaded = crate::serve::load_config(path)
+    let loaded = crate::config::load_config(path)
         .map_err(|e| e.to_string())
         .and_then(|config| {
             check(&config)

@@ -12,8 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
 /// How long the broker may take to start, or to pick up a change.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -44,8 +42,7 @@ fn write_config(path: &Path, text: &str) {
 struct Serve {
     child: Child,
     stderr: Arc<Mutex<String>>,
-    base: String,
-    client: reqwest::Client,
+    osb: brokkr_osb::client::Client,
 }
 
 impl Drop for Serve {
@@ -97,30 +94,19 @@ impl Serve {
         Self {
             child,
             stderr,
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::new(),
+            osb: brokkr_osb::client::Client::builder(format!("http://127.0.0.1:{port}"))
+                .basic_auth("platform", "reload-test")
+                .timeout(Duration::from_secs(2))
+                .build()
+                .expect("OSB client"),
         }
     }
 
     /// The plan names of the served catalog, or `None` while the broker does not answer.
     async fn plans(&self) -> Option<Vec<String>> {
-        let response = self
-            .client
-            .get(format!("{}/v2/catalog", self.base))
-            .header("X-Broker-API-Version", "2.17")
-            .basic_auth("platform", Some("reload-test"))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .ok()?;
-        let body: Value = response.json().await.ok()?;
-        let plans = body["services"][0]["plans"].as_array()?;
-        Some(
-            plans
-                .iter()
-                .map(|p| p["name"].as_str().unwrap().to_owned())
-                .collect(),
-        )
+        let catalog = self.osb.catalog().await.ok()?.body;
+        let plans = &catalog.services.first()?.plans;
+        Some(plans.iter().map(|p| p.name.clone()).collect())
     }
 
     /// Waits until the catalog lists exactly `names`.

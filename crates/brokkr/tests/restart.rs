@@ -189,8 +189,10 @@ impl Drop for Proc {
 struct Broker {
     proc: Proc,
     base: String,
+    /// The OSB client, with the broker's credentials.
+    osb: brokkr_osb::client::Client,
+    /// For requests that are not OSB (health).
     client: reqwest::Client,
-    auth: Option<(String, String)>,
 }
 
 impl Broker {
@@ -220,14 +222,25 @@ impl Broker {
             cmd.env("BROKKR_BROKER_USERNAME", user)
                 .env("BROKKR_BROKER_PASSWORD", password);
         }
+        let base = format!("http://127.0.0.1:{port}");
+        let osb = brokkr_osb::client::Client::builder(&base)
+            .timeout(Duration::from_secs(10))
+            .auth(
+                auth.map(|(username, password)| brokkr_osb::client::Auth::Basic {
+                    username: username.to_owned(),
+                    password: password.to_owned(),
+                }),
+            )
+            .build()
+            .expect("OSB client");
         let mut broker = Self {
             proc: Proc::spawn(cmd),
-            base: format!("http://127.0.0.1:{port}"),
+            base,
+            osb,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .expect("HTTP client"),
-            auth: auth.map(|(u, p)| (u.to_owned(), p.to_owned())),
         };
         broker.wait_healthy().await;
         broker
@@ -263,14 +276,16 @@ impl Broker {
 
     /// An OSB request with the API version header and the broker's credentials.
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        let request = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .header("X-Broker-API-Version", "2.17");
-        match &self.auth {
-            Some((user, password)) => request.basic_auth(user, Some(password)),
-            None => request,
-        }
+        self.osb.request(method, path)
+    }
+
+    /// Sends `user` and `password` from now on.
+    fn use_credentials(&mut self, user: &str, password: &str) {
+        self.osb = brokkr_osb::client::Client::builder(&self.base)
+            .timeout(Duration::from_secs(10))
+            .basic_auth(user, password)
+            .build()
+            .expect("OSB client");
     }
 
     fn provision_request(&self, id: &str) -> RequestBuilder {
@@ -556,14 +571,14 @@ async fn generated_password_is_printed_once() {
         StatusCode::UNAUTHORIZED,
         "catalog without credentials"
     );
-    first.auth = Some(("brokkr".into(), format!("{password}x")));
+    first.use_credentials("brokkr", &format!("{password}x"));
     let (status, _) = send(first.request(Method::GET, "/v2/catalog")).await;
     assert_eq!(
         status,
         StatusCode::UNAUTHORIZED,
         "catalog with a wrong password"
     );
-    first.auth = Some(("brokkr".into(), password.clone()));
+    first.use_credentials("brokkr", &password);
     let (status, catalog) = send(first.request(Method::GET, "/v2/catalog")).await;
     assert_eq!(status, StatusCode::OK, "catalog with the printed password");
     assert!(catalog["services"].is_array(), "not a catalog: {catalog}");
@@ -573,7 +588,7 @@ async fn generated_password_is_printed_once() {
     drop(first);
 
     let mut second = Broker::start(&config, &store, None).await;
-    second.auth = Some(("brokkr".into(), password));
+    second.use_credentials("brokkr", &password);
     let (status, _) = send(second.request(Method::GET, "/v2/catalog")).await;
     assert_eq!(
         status,

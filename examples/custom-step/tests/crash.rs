@@ -10,9 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use brokkr_osb::client::{Client, Method, Poll, StatusCode};
+use brokkr_osb::messages::ProvisionRequest;
 use futures::StreamExt;
-use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_brokkr-custom");
 const INSTANCES: usize = 1000;
@@ -82,10 +83,10 @@ fn start(dir: &Path, port: u16) -> Broker {
     Broker(child)
 }
 
-async fn wait_healthy(client: &reqwest::Client, base: &str) {
+async fn wait_healthy(osb: &Client) {
     let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
-        if let Ok(r) = client.get(format!("{base}/healthz")).send().await
+        if let Ok(r) = osb.request(Method::GET, "/healthz").send().await
             && r.status().is_success()
         {
             return;
@@ -96,29 +97,25 @@ async fn wait_healthy(client: &reqwest::Client, base: &str) {
 }
 
 /// Sends a provision for each id; returns the ids the broker answered (202 or 200).
-async fn provision(client: &reqwest::Client, base: &str, ids: &[String]) -> Vec<String> {
-    let body = json!({"service_id": "svc-crash", "plan_id": "plan-crash"});
+async fn provision(osb: &Client, ids: &[String]) -> Vec<String> {
+    let request = ProvisionRequest {
+        service_id: "svc-crash".into(),
+        plan_id: "plan-crash".into(),
+        ..ProvisionRequest::default()
+    };
     futures::stream::iter(ids.iter().cloned())
         .map(|id| {
-            let request = client
-                .put(format!(
-                    "{base}/v2/service_instances/{id}?accepts_incomplete=true"
-                ))
-                .basic_auth(USER, Some(PASSWORD))
-                .header("X-Broker-API-Version", "2.17")
-                .json(&body);
+            let request = &request;
             async move {
-                let response = match request.send().await {
-                    Ok(r) => r,
+                let status = match osb.provision(&id, request, true).await {
+                    Ok(answer) => answer.status,
                     Err(e) => {
-                        eprintln!("provision {id}: {e:?}");
+                        eprintln!("provision {id}: {e}");
                         return None;
                     }
                 };
-                let status = response.status();
                 if !matches!(status, StatusCode::ACCEPTED | StatusCode::OK) {
-                    let body = response.text().await.unwrap_or_default();
-                    eprintln!("provision {id}: {status} {body}");
+                    eprintln!("provision {id}: {status}");
                 }
                 matches!(status, StatusCode::ACCEPTED | StatusCode::OK).then_some(id)
             }
@@ -129,15 +126,12 @@ async fn provision(client: &reqwest::Client, base: &str, ids: &[String]) -> Vec<
         .await
 }
 
-async fn state(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    let r = client
-        .get(format!("{base}/v2/service_instances/{id}/last_operation"))
-        .basic_auth(USER, Some(PASSWORD))
-        .header("X-Broker-API-Version", "2.17")
-        .send()
+async fn state(osb: &Client, id: &str) -> Value {
+    let answer = osb
+        .last_operation(&Poll::instance(id))
         .await
         .expect("last_operation");
-    r.json().await.expect("a JSON body")
+    serde_json::to_value(answer.body).expect("a JSON body")
 }
 
 /// A pseudo-random delay from 50 to 550 ms, different every cycle.
@@ -159,8 +153,8 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
         .local_addr()
         .unwrap()
         .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::builder()
+    let osb = Client::builder(format!("http://127.0.0.1:{port}"))
+        .basic_auth(USER, PASSWORD)
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -169,14 +163,14 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
 
     for cycle in 0..KILLS {
         let broker = start(dir.path(), port);
-        wait_healthy(&client, &base).await;
+        wait_healthy(&osb).await;
         let pending: Vec<String> = ids
             .iter()
             .filter(|i| !accepted.contains(*i))
             .cloned()
             .collect();
         // Kill while requests are still arriving on the first cycles, mid-steps on later ones.
-        let sent = tokio::time::timeout(jitter(cycle), provision(&client, &base, &pending)).await;
+        let sent = tokio::time::timeout(jitter(cycle), provision(&osb, &pending)).await;
         if let Ok(newly) = sent {
             accepted.extend(newly);
             tokio::time::sleep(jitter(cycle + 1)).await;
@@ -185,13 +179,13 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
     }
 
     let broker = start(dir.path(), port);
-    wait_healthy(&client, &base).await;
+    wait_healthy(&osb).await;
     let pending: Vec<String> = ids
         .iter()
         .filter(|i| !accepted.contains(*i))
         .cloned()
         .collect();
-    accepted.extend(provision(&client, &base, &pending).await);
+    accepted.extend(provision(&osb, &pending).await);
     assert_eq!(accepted.len(), INSTANCES, "every provision was accepted");
 
     let until = Instant::now() + Duration::from_secs(180);
@@ -210,7 +204,7 @@ async fn operations_survive_repeated_kill_9_and_finished_steps_never_rerun() {
             open.len()
         );
         for id in open {
-            let s = state(&client, &base, id).await;
+            let s = state(&osb, id).await;
             states.insert(id.clone(), s["state"].as_str().unwrap_or("?").to_owned());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,5 +1,5 @@
-//! A broker on an ephemeral port over a fresh store (SQLite file or PostgreSQL schema), and a
-//! small OSB client for black-box tests.
+//! A broker on an ephemeral port over a fresh store (SQLite file or PostgreSQL schema), and
+//! black-box requests to it through brokkr-osb's client.
 
 // Shared by several test binaries; each uses only part of it.
 #![allow(dead_code)]
@@ -43,6 +43,9 @@ pub enum Backend {
 
 pub struct TestBroker {
     pub base: String,
+    /// The OSB client, with the platform's credentials.
+    pub osb: brokkr_osb::client::Client,
+    /// For requests that are deliberately not well-formed OSB, and for the admin API.
     pub client: reqwest::Client,
     _dir: tempfile::TempDir,
     schema: Option<(sqlx::AnyPool, String)>,
@@ -152,8 +155,13 @@ pub async fn start_with_steps(
             .await
             .unwrap();
     });
+    let osb = brokkr_osb::client::Client::builder(&base)
+        .basic_auth(USER, PASSWORD)
+        .build()
+        .unwrap();
     TestBroker {
         base,
+        osb,
         client: reqwest::Client::new(),
         _dir: dir,
         schema,
@@ -211,11 +219,9 @@ impl Reply {
 }
 
 impl TestBroker {
+    /// An OSB request with the standard headers and the platform's credentials.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.client
-            .request(method, format!("{}{path}", self.base))
-            .basic_auth(USER, Some(PASSWORD))
-            .header("X-Broker-API-Version", "2.17")
+        self.osb.request(method, path)
     }
 
     pub async fn send(&self, rb: reqwest::RequestBuilder) -> Reply {

@@ -1,14 +1,11 @@
 //! `brokkr serve`: configuration, store, engine and HTTP server, with graceful shutdown.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use base64::Engine as _;
-use brokkr_blueprint::load::{ConfigErrors, load_path, load_str};
-use brokkr_blueprint::{Config, QUICKSTART};
+use brokkr_blueprint::Config;
 use brokkr_broker::{Auth, Broker, auth};
 use brokkr_engine::{Engine, EngineOptions, Store, redact_url};
 use brokkr_targets::Targets;
@@ -54,11 +51,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     keys: crate::secrets::KeyArgs,
     /// How often the engine looks for due operations (e.g. 1s, 200ms).
-    #[arg(long, env = "BROKKR_POLL_INTERVAL", default_value = "1s", value_parser = humantime_duration)]
+    #[arg(long, env = "BROKKR_POLL_INTERVAL", default_value = "1s", value_parser = crate::config::parse_duration)]
     poll_interval: std::time::Duration,
     /// How long a claim on an operation lasts without renewal; with several replicas on
     /// PostgreSQL, how soon a dead replica's operations are taken over.
-    #[arg(long, env = "BROKKR_LEASE", default_value = "30s", value_parser = humantime_duration)]
+    #[arg(long, env = "BROKKR_LEASE", default_value = "30s", value_parser = crate::config::parse_duration)]
     lease: std::time::Duration,
 }
 
@@ -68,56 +65,10 @@ enum LogFormat {
     Json,
 }
 
-pub(crate) fn humantime_duration(s: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
-}
-
-/// Loads `path`, or the built-in quickstart when `None`.
-pub fn load_config(path: Option<&Path>) -> Result<Config, ConfigErrors> {
-    match path {
-        Some(p) => load_path(p),
-        None => load_str("<built-in quickstart>", QUICKSTART),
-    }
-}
-
-pub fn run(args: ServeArgs, kinds: crate::StepKinds) -> ExitCode {
+/// Runs the broker until SIGTERM or Ctrl-C, then drains requests and stops the engine.
+pub async fn run(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
     init_logging(args.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(args, kinds)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // Configuration errors arrive already formatted, one `error:` line each.
-            let text = format!("{e:#}");
-            if text.starts_with("error: ") {
-                eprintln!("{text}");
-            } else {
-                eprintln!("error: {text}");
-            }
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-async fn serve(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
-    let config = load_config(args.config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = crate::config::load_config(args.config.as_deref())?;
     let mut available = kinds.names();
     available.extend(
         brokkr_engine::BUILT_IN_STEP_KINDS
@@ -176,6 +127,18 @@ async fn serve(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
     info!("requests drained; stopping the engine (unfinished operations resume on next start)");
     engine.shutdown().await;
     Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 /// Refuses a configuration whose steps `run` a step kind this binary does not include.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use brokkr_blueprint::evaluate::{Evaluator, Subject};
 use brokkr_blueprint::schema::ParameterSchema;
 use brokkr_blueprint::template::Renderer;
@@ -52,30 +52,6 @@ pub struct RenderArgs {
     /// The binding id templates see.
     #[arg(long, default_value = "render-binding")]
     binding_id: String,
-}
-
-impl RenderArgs {
-    /// The configuration to render from.
-    pub fn config(&self) -> Option<&PathBuf> {
-        self.config.as_ref()
-    }
-}
-
-fn parameters(arg: Option<&str>) -> Result<Value> {
-    let Some(arg) = arg else {
-        return Ok(json!({}));
-    };
-    let text = match arg.strip_prefix('@') {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?
-        }
-        None => arg.to_owned(),
-    };
-    let value: Value = serde_json::from_str(&text).context("parameters must be JSON")?;
-    if !value.is_object() {
-        bail!("parameters must be a JSON object");
-    }
-    Ok(value)
 }
 
 fn check(schema: Option<&ParameterSchema>, params: &Value, what: &str) -> Result<()> {
@@ -204,9 +180,10 @@ fn step_documents(
     Ok(documents)
 }
 
-/// Renders and prints; errors name what failed.
-pub fn run(args: RenderArgs, config: &Config) -> Result<()> {
-    let text = render(&args, config)?;
+/// Prints what the plan's provision or bind computes.
+pub async fn run(args: RenderArgs) -> Result<()> {
+    let config = crate::config::load_config(args.config.as_deref())?;
+    let text = render(&args, &config)?;
     if text.is_empty() {
         eprintln!("nothing to print: the operation applies no templates (add --show-registry)");
     }
@@ -225,7 +202,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         .ok_or_else(|| anyhow!("no plan {:?} of service {:?}", args.plan, args.service))?;
     let renderer = args.seed.map_or_else(Renderer::new, Renderer::with_seed);
     let evaluator = Evaluator::new(renderer, target_facts(&config.targets));
-    let params = parameters(args.params.as_deref())?;
+    let params = crate::config::parameters(args.params.as_deref())?;
     check(entry.instance_create_schema.as_ref(), &params, "provision")?;
     let attrs = json!({ "parameters": params });
     let blueprint = &entry.blueprint;
@@ -283,7 +260,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             .binding
             .as_ref()
             .ok_or_else(|| anyhow!("plan {:?} is not bindable", entry.plan.name))?;
-        let bind_params = parameters(args.binding_params.as_deref())?;
+        let bind_params = crate::config::parameters(args.binding_params.as_deref())?;
         check(entry.binding_create_schema.as_ref(), &bind_params, "bind")?;
         let bind_attrs = json!({ "parameters": bind_params });
         let mut binding = Subject {

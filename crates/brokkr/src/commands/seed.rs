@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use brokkr_blueprint::{Config, Phase};
+use brokkr_blueprint::Phase;
 use brokkr_engine::store::{Created, Finish};
 use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Status, Store};
 use clap::Args;
@@ -44,13 +44,6 @@ pub struct SeedArgs {
     concurrency: u64,
     #[command(flatten)]
     keys: crate::secrets::KeyArgs,
-}
-
-impl SeedArgs {
-    /// The configuration file or directory given, if any.
-    pub fn config(&self) -> Option<&std::path::Path> {
-        self.config.as_deref()
-    }
 }
 
 /// The instance the seeder writes as `seed-<n>`, with a running provision operation.
@@ -87,8 +80,9 @@ async fn seed_one(store: &dyn Store, r: &Resource) -> Result<()> {
     Ok(())
 }
 
-/// Adds `args.count` ready instances to the store; returns how many.
-pub async fn run(args: SeedArgs, config: &Config) -> Result<u64> {
+/// Adds `args.count` ready instances to the store.
+pub async fn run(args: SeedArgs) -> Result<()> {
+    let config = &crate::config::load_config(args.config.as_deref())?;
     let entry = config
         .plan(&args.service_id, &args.plan_id)
         .with_context(|| format!("no plan {} of service {}", args.plan_id, args.service_id))?;
@@ -143,5 +137,6 @@ pub async fn run(args: SeedArgs, config: &Config) -> Result<u64> {
     while let Some(result) = writers.join_next().await {
         result??;
     }
-    Ok(args.count)
+    println!("seeded {} instances", args.count);
+    Ok(())
 }

@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use brokkr_osb::OperationState;
+use brokkr_osb::client::{Client, Error, PlanRef, Poll};
+use brokkr_osb::messages::{BindRequest, ProvisionRequest};
 use clap::{Args, ValueEnum};
-use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
@@ -49,7 +51,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
     /// How long to run (ignored with --count).
-    #[arg(long, default_value = "10s", value_parser = crate::serve::humantime_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
     duration: Duration,
     /// Stop after this many requests (catalog, poll) or lifecycles.
     #[arg(long)]
@@ -83,101 +85,50 @@ struct Sample {
     lifecycles: u64,
 }
 
-struct Client {
-    http: reqwest::Client,
+impl Sample {
+    /// Awaits one request and records its latency (the whole answer read), and an error if it
+    /// failed.
+    async fn timed<T>(
+        &mut self,
+        request: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let started = Instant::now();
+        let result = request.await;
+        let elapsed = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.latencies_us.push(elapsed);
+        if result.is_err() {
+            self.errors += 1;
+        }
+        result
+    }
+}
+
+struct Driver {
+    osb: Client,
     args: Arc<BenchArgs>,
 }
 
-impl Client {
-    async fn send(
-        &self,
-        sample: &mut Sample,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        parse: bool,
-    ) -> Result<(StatusCode, Value)> {
-        let mut rb = self
-            .http
-            .request(method, format!("{}{path}", self.args.url))
-            .header("X-Broker-API-Version", "2.17");
-        if let Some(user) = &self.args.username {
-            rb = rb.basic_auth(user, self.args.password.as_ref());
-        }
-        if let Some(body) = body {
-            rb = rb.json(body);
-        }
-        // Latency includes reading the whole body.
-        let started = Instant::now();
-        let response = match rb.send().await {
-            Ok(r) => {
-                let status = r.status();
-                r.bytes().await.map(|b| (status, b))
-            }
-            Err(e) => Err(e),
-        };
-        let elapsed = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        sample.latencies_us.push(elapsed);
-        let (status, bytes) = match response {
-            Ok(r) => r,
-            Err(e) => {
-                sample.errors += 1;
-                return Err(e.into());
-            }
-        };
-        // Only what the driver reads is parsed, so that the driver's own work stays small.
-        let body = if parse {
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-        } else {
-            Value::Null
-        };
-        if status.is_server_error() || status == StatusCode::UNAUTHORIZED {
-            sample.errors += 1;
-        }
-        Ok((status, body))
-    }
-
-    /// Sends a request that starts an operation and, when the broker answers 202, polls
-    /// `poll_path` (with the `operation` it returned, as the OSB spec asks of platforms) until the
-    /// operation ends. `done` lists the statuses that end the request without polling.
-    async fn operate(
-        &self,
-        sample: &mut Sample,
-        (method, path, body): (Method, &str, Option<&Value>),
-        poll_path: &str,
-        done: &[StatusCode],
-        deadline: Instant,
-    ) -> Result<bool> {
-        let (status, response) = self.send(sample, method.clone(), path, body, true).await?;
-        if status == StatusCode::ACCEPTED {
-            let poll = match response["operation"].as_str() {
-                Some(op) => format!("{poll_path}{}operation={op}", query_sep(poll_path)),
-                None => poll_path.to_owned(),
-            };
-            self.wait(sample, &poll, deadline).await
-        } else if done.contains(&status) {
-            Ok(false)
-        } else {
-            bail!("{method} {path}: unexpected status {status}")
-        }
-    }
-
-    /// Polls a last_operation path until the operation ends; an error if it failed. A 410 Gone
-    /// ends the poll of a delete.
-    async fn wait(&self, sample: &mut Sample, path: &str, deadline: Instant) -> Result<bool> {
+impl Driver {
+    /// Polls last_operation until the operation ends; an error if it failed. With a deleting
+    /// poll, 410 Gone ends it. Every poll is measured, so this loop is the driver's own rather
+    /// than [`Client::wait`].
+    async fn wait(&self, sample: &mut Sample, poll: &Poll, deadline: Instant) -> Result<()> {
         loop {
-            let (status, body) = self.send(sample, Method::GET, path, None, true).await?;
-            if status == StatusCode::GONE {
-                return Ok(true);
-            }
-            if status != StatusCode::OK {
-                bail!("GET {path}: unexpected status {status}");
-            }
-            match body["state"].as_str() {
-                Some("succeeded") => return Ok(true),
-                Some("failed") => bail!("{path}: the operation failed: {}", body["description"]),
-                _ if Instant::now() > deadline => bail!("{path} did not finish in time"),
-                _ => tokio::time::sleep(Duration::from_millis(5)).await,
+            let last = match sample.timed(self.osb.last_operation(poll)).await {
+                Ok(answer) => answer.body,
+                Err(e) if poll.is_deleting() && gone(&e) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            match last.state {
+                OperationState::Succeeded => return Ok(()),
+                OperationState::Failed => bail!(
+                    "{poll:?}: the operation failed: {}",
+                    last.description.unwrap_or_default()
+                ),
+                OperationState::InProgress if Instant::now() > deadline => {
+                    bail!("{poll:?} did not finish in time")
+                }
+                OperationState::InProgress => tokio::time::sleep(Duration::from_millis(5)).await,
             }
         }
     }
@@ -187,81 +138,69 @@ impl Client {
     async fn lifecycle(&self, sample: &mut Sample, id: &str, params: &Value) -> Result<()> {
         let a = &self.args;
         let deadline = Instant::now() + Duration::from_secs(120);
-        let ids = format!("service_id={}&plan_id={}", a.service_id, a.plan_id);
-        let instance = format!("/v2/service_instances/{id}");
-        let created = [StatusCode::OK, StatusCode::CREATED];
-        let deleted = [StatusCode::OK, StatusCode::GONE];
-        let body = provision_body(a, params);
-        let put = format!("{instance}?accepts_incomplete=true");
-        let last = format!("{instance}/last_operation");
-        self.operate(
-            sample,
-            (Method::PUT, &put, Some(&body)),
-            &last,
-            &created,
-            deadline,
-        )
-        .await?;
-        let binding = format!("{instance}/service_bindings/{id}-b");
-        let bind = json!({"service_id": a.service_id, "plan_id": a.plan_id});
-        let put = format!("{binding}?accepts_incomplete=true");
-        let binding_last = format!("{binding}/last_operation?{ids}");
-        let polled = self
-            .operate(
-                sample,
-                (Method::PUT, &put, Some(&bind)),
-                &binding_last,
-                &created,
-                deadline,
-            )
-            .await?;
-        if polled {
-            let (status, _) = self
-                .send(sample, Method::GET, &binding, None, false)
-                .await?;
-            if status != StatusCode::OK {
-                bail!("GET {binding}: unexpected status {status}");
-            }
+        let plan = PlanRef::new(&a.service_id, &a.plan_id);
+        let request = provision_request(a, params);
+        let provisioned = sample.timed(self.osb.provision(id, &request, true)).await?;
+        if provisioned.is_async() {
+            let poll = Poll::instance(id).operation(provisioned.body.operation);
+            self.wait(sample, &poll, deadline).await?;
         }
-        let delete = format!("{binding}?accepts_incomplete=true&{ids}");
-        self.operate(
-            sample,
-            (Method::DELETE, &delete, None),
-            &binding_last,
-            &deleted,
-            deadline,
-        )
-        .await?;
-        let delete = format!("{instance}?accepts_incomplete=true&{ids}");
-        self.operate(
-            sample,
-            (Method::DELETE, &delete, None),
-            &last,
-            &deleted,
-            deadline,
-        )
-        .await?;
+        let binding = format!("{id}-b");
+        let request = BindRequest {
+            service_id: a.service_id.clone(),
+            plan_id: a.plan_id.clone(),
+            ..BindRequest::default()
+        };
+        let bound = sample
+            .timed(self.osb.bind(id, &binding, &request, true))
+            .await?;
+        if bound.is_async() {
+            let poll = Poll::binding(id, &binding)
+                .operation(bound.body.operation)
+                .plan(plan.clone());
+            self.wait(sample, &poll, deadline).await?;
+            sample.timed(self.osb.binding(id, &binding, None)).await?;
+        }
+        let unbound = sample
+            .timed(self.osb.unbind(id, &binding, &plan, true))
+            .await?;
+        if unbound.is_async() {
+            let poll = Poll::binding(id, &binding)
+                .operation(unbound.body.operation)
+                .plan(plan.clone())
+                .deleting();
+            self.wait(sample, &poll, deadline).await?;
+        }
+        let deprovisioned = sample.timed(self.osb.deprovision(id, &plan, true)).await?;
+        if deprovisioned.is_async() {
+            let poll = Poll::instance(id)
+                .operation(deprovisioned.body.operation)
+                .deleting();
+            self.wait(sample, &poll, deadline).await?;
+        }
         sample.lifecycles += 1;
         Ok(())
     }
 }
 
-/// A provision request body. `organization_guid` and `space_guid` are deprecated in OSB 2.17 but
-/// still required fields, and some brokers (openbrokerapi) reject a provision without them.
-fn provision_body(args: &BenchArgs, params: &Value) -> Value {
-    json!({
-        "service_id": args.service_id,
-        "plan_id": args.plan_id,
-        "organization_guid": "brokkr-bench",
-        "space_guid": "brokkr-bench",
-        "context": {"platform": "kubernetes", "namespace": "brokkr-bench"},
-        "parameters": params,
-    })
+fn gone(e: &Error) -> bool {
+    e.status() == Some(reqwest::StatusCode::GONE)
 }
 
-/// What joins a query parameter to `path`.
-fn query_sep(path: &str) -> char {
-    if path.contains('?') { '&' } else { '?' }
+/// A provision request. `organization_guid` and `space_guid` are deprecated in OSB 2.17 but
+/// still required fields, and some brokers (openbrokerapi) reject a provision without them.
+fn provision_request(args: &BenchArgs, params: &Value) -> ProvisionRequest {
+    ProvisionRequest {
+        service_id: args.service_id.clone(),
+        plan_id: args.plan_id.clone(),
+        organization_guid: Some("brokkr-bench".into()),
+        space_guid: Some("brokkr-bench".into()),
+        context: json!({"platform": "kubernetes", "namespace": "brokkr-bench"})
+            .as_object()
+            .cloned(),
+        parameters: params.as_object().cloned(),
+        ..ProvisionRequest::default()
+    }
 }
 
 /// A well-spread hash of `x` (SplitMix64's finalizer), to pick seeded instances at random.
@@ -287,56 +226,41 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     let params: Value = serde_json::from_str(&args.params).context("--params must be JSON")?;
     let args = Arc::new(args);
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .build()?;
+    let mut osb = Client::builder(&args.url).max_idle_connections(args.concurrency);
+    if let Some(user) = &args.username {
+        osb = osb.basic_auth(user, args.password.clone().unwrap_or_default());
+    }
+    let osb = osb.build()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
 
     // The poll scenario needs instances to poll: one per client, polled with its operation.
-    let mut poll_paths = Vec::new();
+    let mut polls = Vec::new();
     if args.scenario == Scenario::Poll && args.poll_seeded.is_none() {
-        let client = Client {
-            http: http.clone(),
-            args: args.clone(),
-        };
-        let mut setup = Sample::default();
+        let request = provision_request(&args, &params);
         for c in 0..args.concurrency {
-            let instance = format!("/v2/service_instances/bench-{run_id}-{c}");
-            let body = provision_body(&args, &params);
-            let (status, response) = client
-                .send(
-                    &mut setup,
-                    Method::PUT,
-                    &format!("{instance}?accepts_incomplete=true"),
-                    Some(&body),
-                    true,
-                )
+            let instance = format!("bench-{run_id}-{c}");
+            let answer = osb
+                .provision(&instance, &request, true)
                 .await
                 .context("provisioning the instances to poll")?;
-            if !status.is_success() {
-                bail!("provisioning the instances to poll: status {status}");
-            }
-            poll_paths.push(match response["operation"].as_str() {
-                Some(op) => format!("{instance}/last_operation?operation={op}"),
-                None => format!("{instance}/last_operation"),
-            });
+            polls.push(Poll::instance(instance).operation(answer.body.operation));
         }
     }
-    let poll_paths = Arc::new(poll_paths);
+    let polls = Arc::new(polls);
 
     let issued = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + args.duration;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..args.concurrency {
-        let client = Client {
-            http: http.clone(),
+        let client = Driver {
+            osb: osb.clone(),
             args: args.clone(),
         };
         let issued = issued.clone();
         let params = params.clone();
         let run_id = run_id.clone();
-        let poll_paths = poll_paths.clone();
+        let polls = polls.clone();
         tasks.spawn(async move {
             let mut sample = Sample::default();
             let more = |issued: &AtomicU64| match client.args.count {
@@ -346,22 +270,24 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             let mut i = 0u64;
             while more(&issued) {
                 let result = match client.args.scenario {
-                    Scenario::Catalog => client
-                        .send(&mut sample, Method::GET, "/v2/catalog", None, false)
+                    Scenario::Catalog => sample
+                        .timed(client.osb.catalog())
                         .await
-                        .map(drop),
+                        .map(drop)
+                        .map_err(anyhow::Error::from),
                     Scenario::Poll => {
-                        let path = match client.args.poll_seeded {
-                            Some(n) => format!(
-                                "/v2/service_instances/seed-{:07}/last_operation",
+                        let poll = match client.args.poll_seeded {
+                            Some(n) => Poll::instance(format!(
+                                "seed-{:07}",
                                 splitmix64(c as u64 * 1_000_003 + i) % n.max(1)
-                            ),
-                            None => poll_paths[c].clone(),
+                            )),
+                            None => polls[c].clone(),
                         };
-                        client
-                            .send(&mut sample, Method::GET, &path, None, false)
+                        sample
+                            .timed(client.osb.last_operation(&poll))
                             .await
                             .map(drop)
+                            .map_err(anyhow::Error::from)
                     }
                     Scenario::Lifecycle => {
                         let id = format!("bench-{run_id}-{c}-{i}");

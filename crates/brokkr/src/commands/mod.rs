@@ -1,0 +1,10 @@
+//! One module per `brokkr` command, each an `async fn run(args) -> anyhow::Result<()>`.
+
+pub mod bench;
+pub mod catalog;
+pub mod check;
+pub mod osb;
+pub mod render;
+pub mod seed;
+pub mod serve;
+pub mod store;

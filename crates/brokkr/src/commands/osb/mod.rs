@@ -1,0 +1,849 @@
+//! `brokkr osb`: the OSB API from the command line, for any broker — what a platform does,
+//! one request (and, with `--wait`, its polling) at a time.
+
+mod output;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use brokkr_osb::client::{Client, Error, PlanRef, Poll, Response, StatusCode, WaitOptions};
+use brokkr_osb::messages::{BindRequest, ProvisionRequest, UpdateRequest};
+use brokkr_osb::{Catalog, LastOperation, OperationState, Plan, Service};
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use output::{Format, Progress, Table, print};
+
+#[derive(Args)]
+pub struct OsbArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table, global = true)]
+    output: Format,
+    #[command(subcommand)]
+    command: OsbCommand,
+}
+
+/// Which broker, and how to reach it.
+#[derive(Args)]
+struct BrokerArgs {
+    /// The broker's base URL.
+    #[arg(long, env = "BROKKR_OSB_URL", global = true)]
+    url: Option<String>,
+    /// Basic auth user name.
+    #[arg(long, env = "BROKKR_OSB_USERNAME", global = true)]
+    username: Option<String>,
+    /// Basic auth password; prefer the environment variable over the flag.
+    #[arg(
+        long,
+        env = "BROKKR_OSB_PASSWORD",
+        hide_env_values = true,
+        global = true
+    )]
+    password: Option<String>,
+    /// Bearer token, instead of a user name and password.
+    #[arg(long, env = "BROKKR_OSB_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// Trust only the certificates of this PEM bundle instead of the system's roots.
+    #[arg(long, env = "BROKKR_OSB_CA_BUNDLE", global = true)]
+    ca_bundle: Option<PathBuf>,
+    /// Accept any TLS certificate (tests only).
+    #[arg(long, global = true)]
+    insecure_skip_tls_verify: bool,
+    /// Time limit of each request.
+    #[arg(long, default_value = "30s", value_parser = crate::config::parse_duration, global = true)]
+    timeout: Duration,
+}
+
+#[derive(Subcommand)]
+enum OsbCommand {
+    /// List the broker's services and plans.
+    Catalog,
+    /// Create an instance (an id is generated and printed when none is given).
+    Provision {
+        /// Instance id.
+        instance_id: Option<String>,
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+    },
+    /// Change an instance's plan or parameters.
+    Update {
+        /// Instance id.
+        instance_id: String,
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+    },
+    /// Delete an instance.
+    Deprovision {
+        /// Instance id.
+        instance_id: String,
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+    },
+    /// Create a binding (an id is generated and printed when none is given).
+    Bind {
+        /// Instance id.
+        instance_id: String,
+        /// Binding id.
+        binding_id: Option<String>,
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+    },
+    /// Delete a binding.
+    Unbind {
+        /// Instance id.
+        instance_id: String,
+        /// Binding id.
+        binding_id: String,
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+    },
+    /// Show an instance (brokers with instances_retrievable).
+    Instance {
+        /// Instance id.
+        instance_id: String,
+    },
+    /// Show a binding; `-o json` or `-o yaml` prints its credentials.
+    Binding {
+        /// Instance id.
+        instance_id: String,
+        /// Binding id.
+        binding_id: String,
+    },
+    /// Show the state of an instance's (or, with a binding id, a binding's) last operation.
+    LastOperation {
+        /// Instance id.
+        instance_id: String,
+        /// Binding id.
+        binding_id: Option<String>,
+        /// The operation the broker returned.
+        #[arg(long)]
+        operation: Option<String>,
+        #[command(flatten)]
+        plan: PlanArgs,
+        /// Poll until the operation ends.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// The service offering and plan a request is about.
+#[derive(Args)]
+struct PlanArgs {
+    /// Service offering, by name or id.
+    #[arg(long)]
+    service: Option<String>,
+    /// Plan, by name or id.
+    #[arg(long)]
+    plan: Option<String>,
+}
+
+/// What the requests that change something share.
+#[derive(Args)]
+struct RequestArgs {
+    /// Parameters: JSON, or @FILE.
+    #[arg(long)]
+    params: Option<String>,
+    /// Wait until the operation ends; exit 1 if it failed.
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: give up after this long [default: the plan's maximum_polling_duration].
+    #[arg(long, value_parser = crate::config::parse_duration)]
+    wait_timeout: Option<Duration>,
+}
+
+/// Runs one `brokkr osb` command.
+pub async fn run(args: OsbArgs) -> Result<()> {
+    let broker = Broker::connect(&args.broker)?;
+    let out = args.output;
+    match args.command {
+        OsbCommand::Catalog => catalog(&broker, out).await,
+        OsbCommand::Provision {
+            instance_id,
+            plan,
+            request,
+        } => {
+            let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            provision(&broker, &id, &plan, &request, out).await
+        }
+        OsbCommand::Update {
+            instance_id,
+            plan,
+            request,
+        } => update(&broker, &instance_id, &plan, &request, out).await,
+        OsbCommand::Deprovision {
+            instance_id,
+            plan,
+            request,
+        } => deprovision(&broker, &instance_id, &plan, &request, out).await,
+        OsbCommand::Bind {
+            instance_id,
+            binding_id,
+            plan,
+            request,
+        } => {
+            let id = binding_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            bind(&broker, &instance_id, &id, &plan, &request, out).await
+        }
+        OsbCommand::Unbind {
+            instance_id,
+            binding_id,
+            plan,
+            request,
+        } => unbind(&broker, &instance_id, &binding_id, &plan, &request, out).await,
+        OsbCommand::Instance { instance_id } => instance(&broker, &instance_id, out).await,
+        OsbCommand::Binding {
+            instance_id,
+            binding_id,
+        } => binding(&broker, &instance_id, &binding_id, out).await,
+        OsbCommand::LastOperation {
+            instance_id,
+            binding_id,
+            operation,
+            plan,
+            wait,
+        } => {
+            let target = Target {
+                instance_id: &instance_id,
+                binding_id: binding_id.as_deref(),
+            };
+            last_operation(&broker, target, operation, &plan, wait, out).await
+        }
+    }
+}
+
+/// A client and, fetched on first use, the broker's catalog.
+struct Broker {
+    client: Client,
+    catalog: tokio::sync::OnceCell<Catalog>,
+}
+
+impl Broker {
+    fn connect(args: &BrokerArgs) -> Result<Self> {
+        let url = args
+            .url
+            .as_deref()
+            .context("which broker? Give --url or set BROKKR_OSB_URL")?;
+        let mut builder = Client::builder(url)
+            .timeout(args.timeout)
+            .insecure_skip_tls_verify(args.insecure_skip_tls_verify);
+        builder = match (&args.token, &args.username, &args.password) {
+            (Some(_), Some(_), _) => bail!("give either --token or --username, not both"),
+            (Some(token), None, _) => builder.bearer_auth(token),
+            (None, Some(user), Some(password)) => builder.basic_auth(user, password),
+            (None, Some(_), None) => {
+                bail!("--username needs a password: set BROKKR_OSB_PASSWORD (or --password)")
+            }
+            (None, None, _) => builder,
+        };
+        if let Some(path) = &args.ca_bundle {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
+            builder = builder.ca_bundle(pem);
+        }
+        Ok(Self {
+            client: builder.build()?,
+            catalog: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    async fn catalog(&self) -> Result<&Catalog> {
+        self.catalog
+            .get_or_try_init(|| async {
+                let answer = self.client.catalog().await.map_err(explain)?;
+                Ok(answer.body)
+            })
+            .await
+    }
+
+    /// The service and plan named (by name or id) in `args`.
+    async fn resolve(&self, service: &str, plan: &str) -> Result<(&Service, &Plan)> {
+        let catalog = self.catalog().await?;
+        let service = find_service(catalog, service)?;
+        let plan = find_plan(service, plan)?;
+        Ok((service, plan))
+    }
+
+    /// The service and plan of an existing instance: from the flags, else from the broker's
+    /// fetch of the instance when it offers one.
+    async fn plan_of(&self, instance_id: &str, args: &PlanArgs) -> Result<(&Service, &Plan)> {
+        if let (Some(service), Some(plan)) = (&args.service, &args.plan) {
+            return self.resolve(service, plan).await;
+        }
+        let fetched = self.client.instance(instance_id, None).await.map_err(|e| {
+            if e.status() == Some(StatusCode::UNPROCESSABLE_ENTITY) {
+                return explain(e);
+            }
+            anyhow!(
+                "give --service and --plan: the broker did not tell instance {instance_id:?}'s \
+                 plan ({})",
+                explain(e)
+            )
+        })?;
+        let catalog = self.catalog().await?;
+        let service = match &args.service {
+            Some(s) => find_service(catalog, s)?,
+            None => find_service(catalog, &fetched.body.service_id)?,
+        };
+        let plan = find_plan(
+            service,
+            args.plan.as_deref().unwrap_or(&fetched.body.plan_id),
+        )?;
+        Ok((service, plan))
+    }
+}
+
+fn find_service<'a>(catalog: &'a Catalog, key: &str) -> Result<&'a Service> {
+    catalog
+        .services
+        .iter()
+        .find(|s| s.id == key)
+        .or_else(|| catalog.services.iter().find(|s| s.name == key))
+        .with_context(|| {
+            let names: Vec<&str> = catalog.services.iter().map(|s| s.name.as_str()).collect();
+            format!(
+                "the broker offers no service {key:?} (services: {})",
+                names.join(", ")
+            )
+        })
+}
+
+fn find_plan<'a>(service: &'a Service, key: &str) -> Result<&'a Plan> {
+    service
+        .plans
+        .iter()
+        .find(|p| p.id == key)
+        .or_else(|| service.plans.iter().find(|p| p.name == key))
+        .with_context(|| {
+            let names: Vec<&str> = service.plans.iter().map(|p| p.name.as_str()).collect();
+            format!(
+                "service {:?} has no plan {key:?} (plans: {})",
+                service.name,
+                names.join(", ")
+            )
+        })
+}
+
+fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
+    value
+        .as_deref()
+        .with_context(|| format!("{flag} is required (by name or id)"))
+}
+
+/// A client error as a message for people: a broker's answer as the client words it, an
+/// unreachable broker with the reason the system gave.
+fn explain(e: Error) -> anyhow::Error {
+    match e {
+        Error::Transport { .. } => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            anyhow!(text)
+        }
+        other => anyhow!(other),
+    }
+}
+
+fn parameters(args: &RequestArgs) -> Result<Option<Map<String, Value>>> {
+    match &args.params {
+        None => Ok(None),
+        Some(text) => Ok(crate::config::parameters(Some(text))?.as_object().cloned()),
+    }
+}
+
+async fn catalog(broker: &Broker, out: Format) -> Result<()> {
+    let catalog = broker.catalog().await?;
+    print(out, &serde_json::to_value(catalog)?, || {
+        let mut table = Table::new(vec![
+            "SERVICE",
+            "PLAN",
+            "SERVICE ID",
+            "PLAN ID",
+            "BINDABLE",
+            "DESCRIPTION",
+        ]);
+        for service in &catalog.services {
+            for plan in &service.plans {
+                table.row(vec![
+                    service.name.clone(),
+                    plan.name.clone(),
+                    service.id.clone(),
+                    plan.id.clone(),
+                    plan.is_bindable(service).to_string(),
+                    plan.description.clone(),
+                ]);
+            }
+        }
+        table
+    })
+}
+
+/// An instance, or a binding of one.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    instance_id: &'a str,
+    binding_id: Option<&'a str>,
+}
+
+impl Target<'_> {
+    fn poll(&self) -> Poll {
+        match self.binding_id {
+            Some(b) => Poll::binding(self.instance_id, b),
+            None => Poll::instance(self.instance_id),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.binding_id {
+            Some(b) => format!("binding {b:?} of instance {:?}", self.instance_id),
+            None => format!("instance {:?}", self.instance_id),
+        }
+    }
+}
+
+/// The outcome of a request that changes something, as printed.
+struct Outcome<'a> {
+    target: Target<'a>,
+    action: &'static str,
+    status: StatusCode,
+    operation: Option<String>,
+    state: OperationState,
+    description: Option<String>,
+    extra: Map<String, Value>,
+}
+
+impl Outcome<'_> {
+    fn print(&self, out: Format) -> Result<()> {
+        let mut value = json!({
+            "instance_id": self.target.instance_id,
+            "action": self.action,
+            "status": self.status.as_u16(),
+            "state": self.state.as_str(),
+        });
+        let object = value.as_object_mut().expect("an object");
+        if let Some(b) = self.target.binding_id {
+            object.insert("binding_id".into(), b.into());
+        }
+        if let Some(op) = &self.operation {
+            object.insert("operation".into(), op.clone().into());
+        }
+        if let Some(d) = &self.description {
+            object.insert("description".into(), d.clone().into());
+        }
+        object.extend(self.extra.clone());
+        print(out, &value, || {
+            let mut headers = vec!["INSTANCE"];
+            let mut row = vec![self.target.instance_id.to_owned()];
+            if let Some(b) = self.target.binding_id {
+                headers.push("BINDING");
+                row.push(b.to_owned());
+            }
+            headers.extend(["ACTION", "STATE", "OPERATION", "DESCRIPTION"]);
+            row.extend([
+                self.action.to_owned(),
+                self.state.as_str().to_owned(),
+                self.operation.clone().unwrap_or_default(),
+                self.description
+                    .clone()
+                    .unwrap_or_else(|| status_text(self.status)),
+            ]);
+            let mut table = Table::new(headers);
+            table.row(row);
+            table
+        })
+    }
+}
+
+fn status_text(status: StatusCode) -> String {
+    match status {
+        StatusCode::OK => "200 OK: already in this state".into(),
+        StatusCode::GONE => "410 Gone: did not exist".into(),
+        StatusCode::ACCEPTED => "202 Accepted: poll with last-operation, or use --wait".into(),
+        s => s.to_string(),
+    }
+}
+
+/// With `--wait`, polls an accepted operation to its end and records how it ended.
+async fn settle(
+    broker: &Broker,
+    outcome: &mut Outcome<'_>,
+    plan: &Plan,
+    ids: PlanRef,
+    args: &RequestArgs,
+) -> Result<()> {
+    if outcome.status != StatusCode::ACCEPTED || !args.wait {
+        return Ok(());
+    }
+    let mut poll = outcome
+        .target
+        .poll()
+        .operation(outcome.operation.clone())
+        .plan(ids);
+    if matches!(outcome.action, "deprovision" | "unbind") {
+        poll = poll.deleting();
+    }
+    let mut options = WaitOptions::default().for_plan(plan);
+    if let Some(limit) = args.wait_timeout {
+        options.max_duration = Some(limit);
+    }
+    let last = wait(broker, &poll, &options, outcome).await?;
+    outcome.state = last.state;
+    outcome.description = last.description;
+    Ok(())
+}
+
+/// Prints the outcome; a failed operation makes the command fail.
+fn report(outcome: &Outcome<'_>, out: Format) -> Result<()> {
+    outcome.print(out)?;
+    if outcome.state == OperationState::Failed {
+        bail!(
+            "{} of {} failed{}",
+            outcome.action,
+            outcome.target.describe(),
+            outcome
+                .description
+                .as_ref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+async fn wait(
+    broker: &Broker,
+    poll: &Poll,
+    options: &WaitOptions,
+    outcome: &Outcome<'_>,
+) -> Result<LastOperation> {
+    let progress = Progress::start(format!(
+        "{} of {}",
+        outcome.action,
+        outcome.target.describe()
+    ));
+    let result = broker
+        .client
+        .wait(poll, options, |last| progress.update(last))
+        .await;
+    progress.finish();
+    result.map_err(explain)
+}
+
+/// The state a successful answer means: 202 is in progress, anything else is done.
+fn state_of<T>(answer: &Response<T>) -> OperationState {
+    if answer.is_async() {
+        OperationState::InProgress
+    } else {
+        OperationState::Succeeded
+    }
+}
+
+async fn provision(
+    broker: &Broker,
+    instance_id: &str,
+    plan_args: &PlanArgs,
+    args: &RequestArgs,
+    out: Format,
+) -> Result<()> {
+    let (service, plan) = broker
+        .resolve(
+            required(&plan_args.service, "--service")?,
+            required(&plan_args.plan, "--plan")?,
+        )
+        .await?;
+    let request = ProvisionRequest {
+        service_id: service.id.clone(),
+        plan_id: plan.id.clone(),
+        context: json!({"platform": "brokkr-cli"}).as_object().cloned(),
+        // Deprecated, yet some brokers still require them.
+        organization_guid: Some("brokkr-cli".into()),
+        space_guid: Some("brokkr-cli".into()),
+        parameters: parameters(args)?,
+        maintenance_info: plan.maintenance_info.clone(),
+    };
+    let answer = broker
+        .client
+        .provision(instance_id, &request, true)
+        .await
+        .map_err(explain)?;
+    let mut extra = Map::new();
+    if let Some(url) = &answer.body.dashboard_url {
+        extra.insert("dashboard_url".into(), url.clone().into());
+    }
+    let mut outcome = Outcome {
+        target: Target {
+            instance_id,
+            binding_id: None,
+        },
+        action: "provision",
+        status: answer.status,
+        state: state_of(&answer),
+        operation: answer.body.operation,
+        description: None,
+        extra,
+    };
+    let ids = PlanRef::new(&service.id, &plan.id);
+    settle(broker, &mut outcome, plan, ids, args).await?;
+    report(&outcome, out)
+}
+
+async fn update(
+    broker: &Broker,
+    instance_id: &str,
+    plan_args: &PlanArgs,
+    args: &RequestArgs,
+    out: Format,
+) -> Result<()> {
+    let (service, plan) = broker.plan_of(instance_id, plan_args).await?;
+    let request = UpdateRequest {
+        service_id: service.id.clone(),
+        plan_id: plan_args.plan.as_ref().map(|_| plan.id.clone()),
+        context: json!({"platform": "brokkr-cli"}).as_object().cloned(),
+        parameters: parameters(args)?,
+        maintenance_info: plan.maintenance_info.clone(),
+        ..UpdateRequest::default()
+    };
+    let answer = broker
+        .client
+        .update(instance_id, &request, true)
+        .await
+        .map_err(explain)?;
+    let mut outcome = Outcome {
+        target: Target {
+            instance_id,
+            binding_id: None,
+        },
+        action: "update",
+        status: answer.status,
+        state: state_of(&answer),
+        operation: answer.body.operation,
+        description: None,
+        extra: Map::new(),
+    };
+    let ids = PlanRef::new(&service.id, &plan.id);
+    settle(broker, &mut outcome, plan, ids, args).await?;
+    report(&outcome, out)
+}
+
+async fn deprovision(
+    broker: &Broker,
+    instance_id: &str,
+    plan_args: &PlanArgs,
+    args: &RequestArgs,
+    out: Format,
+) -> Result<()> {
+    let (service, plan) = broker.plan_of(instance_id, plan_args).await?;
+    let ids = PlanRef::new(&service.id, &plan.id);
+    let answer = broker
+        .client
+        .deprovision(instance_id, &ids, true)
+        .await
+        .map_err(explain)?;
+    let mut outcome = Outcome {
+        target: Target {
+            instance_id,
+            binding_id: None,
+        },
+        action: "deprovision",
+        status: answer.status,
+        state: state_of(&answer),
+        operation: answer.body.operation,
+        description: None,
+        extra: Map::new(),
+    };
+    settle(broker, &mut outcome, plan, ids, args).await?;
+    report(&outcome, out)
+}
+
+async fn bind(
+    broker: &Broker,
+    instance_id: &str,
+    binding_id: &str,
+    plan_args: &PlanArgs,
+    args: &RequestArgs,
+    out: Format,
+) -> Result<()> {
+    let (service, plan) = broker.plan_of(instance_id, plan_args).await?;
+    let request = BindRequest {
+        service_id: service.id.clone(),
+        plan_id: plan.id.clone(),
+        context: json!({"platform": "brokkr-cli"}).as_object().cloned(),
+        parameters: parameters(args)?,
+        ..BindRequest::default()
+    };
+    let answer = broker
+        .client
+        .bind(instance_id, binding_id, &request, true)
+        .await
+        .map_err(explain)?;
+    let mut outcome = Outcome {
+        target: Target {
+            instance_id,
+            binding_id: Some(binding_id),
+        },
+        action: "bind",
+        status: answer.status,
+        state: state_of(&answer),
+        operation: answer.body.operation.clone(),
+        description: None,
+        extra: Map::new(),
+    };
+    let ids = PlanRef::new(&service.id, &plan.id);
+    let mut binding = (!answer.is_async()).then_some(answer.body.binding);
+    settle(broker, &mut outcome, plan, ids.clone(), args).await?;
+    if binding.is_none() && args.wait && outcome.state == OperationState::Succeeded {
+        // An asynchronous bind's credentials are fetched once it has succeeded.
+        let fetched = broker
+            .client
+            .binding(instance_id, binding_id, Some(&ids))
+            .await
+            .map_err(explain)?;
+        binding = Some(fetched.body);
+    }
+    if let Some(binding) = binding {
+        outcome
+            .extra
+            .insert("binding".into(), serde_json::to_value(binding)?);
+    }
+    report(&outcome, out)
+}
+
+async fn unbind(
+    broker: &Broker,
+    instance_id: &str,
+    binding_id: &str,
+    plan_args: &PlanArgs,
+    args: &RequestArgs,
+    out: Format,
+) -> Result<()> {
+    let (service, plan) = broker.plan_of(instance_id, plan_args).await?;
+    let ids = PlanRef::new(&service.id, &plan.id);
+    let answer = broker
+        .client
+        .unbind(instance_id, binding_id, &ids, true)
+        .await
+        .map_err(explain)?;
+    let mut outcome = Outcome {
+        target: Target {
+            instance_id,
+            binding_id: Some(binding_id),
+        },
+        action: "unbind",
+        status: answer.status,
+        state: state_of(&answer),
+        operation: answer.body.operation,
+        description: None,
+        extra: Map::new(),
+    };
+    settle(broker, &mut outcome, plan, ids, args).await?;
+    report(&outcome, out)
+}
+
+async fn instance(broker: &Broker, instance_id: &str, out: Format) -> Result<()> {
+    let answer = broker
+        .client
+        .instance(instance_id, None)
+        .await
+        .map_err(explain)?;
+    let body = answer.body;
+    let catalog = broker.catalog().await.ok();
+    let names = catalog.and_then(|c| c.plan(&body.service_id, &body.plan_id));
+    print(out, &serde_json::to_value(&body)?, || {
+        let mut table = Table::new(vec!["INSTANCE", "SERVICE", "PLAN", "DASHBOARD"]);
+        let (service, plan) = match names {
+            Some((s, p)) => (s.name.clone(), p.name.clone()),
+            None => (body.service_id.clone(), body.plan_id.clone()),
+        };
+        table.row(vec![
+            instance_id.to_owned(),
+            service,
+            plan,
+            body.dashboard_url.clone().unwrap_or_default(),
+        ]);
+        table
+    })
+}
+
+async fn binding(broker: &Broker, instance_id: &str, binding_id: &str, out: Format) -> Result<()> {
+    let answer = broker
+        .client
+        .binding(instance_id, binding_id, None)
+        .await
+        .map_err(explain)?;
+    let body = answer.body;
+    print(out, &serde_json::to_value(&body)?, || {
+        let mut table = Table::new(vec!["INSTANCE", "BINDING", "CREDENTIALS"]);
+        let keys: Vec<&str> = body
+            .credentials
+            .iter()
+            .flat_map(|c| c.keys())
+            .map(String::as_str)
+            .collect();
+        table.row(vec![
+            instance_id.to_owned(),
+            binding_id.to_owned(),
+            format!("{} (shown with -o json)", keys.join(", ")),
+        ]);
+        table
+    })
+}
+
+async fn last_operation(
+    broker: &Broker,
+    target: Target<'_>,
+    operation: Option<String>,
+    plan_args: &PlanArgs,
+    wait_to_end: bool,
+    out: Format,
+) -> Result<()> {
+    let mut poll = target.poll().operation(operation.clone());
+    let mut options = WaitOptions::default();
+    if let (Some(service), Some(plan)) = (&plan_args.service, &plan_args.plan) {
+        let (service, plan) = broker.resolve(service, plan).await?;
+        poll = poll.plan(PlanRef::new(&service.id, &plan.id));
+        options = options.for_plan(plan);
+    }
+    let last = if wait_to_end {
+        let progress = Progress::start(format!("operation of {}", target.describe()));
+        let result = broker
+            .client
+            .wait(&poll, &options, |last| progress.update(last))
+            .await;
+        progress.finish();
+        result.map_err(explain)?
+    } else {
+        broker
+            .client
+            .last_operation(&poll)
+            .await
+            .map_err(explain)?
+            .body
+    };
+    print(out, &serde_json::to_value(&last)?, || {
+        let mut table = Table::new(vec!["STATE", "DESCRIPTION"]);
+        table.row(vec![
+            last.state.as_str().to_owned(),
+            last.description.clone().unwrap_or_default(),
+        ]);
+        table
+    })?;
+    if wait_to_end && last.state == OperationState::Failed {
+        bail!("the operation of {} failed", target.describe());
+    }
+    Ok(())
+}
