@@ -474,3 +474,60 @@ async fn a_server_that_is_down_fails_provision_after_the_step_budget() {
     let done = broker.deprovision_ok(PG, &id).await;
     assert_eq!(done.body["state"], "succeeded");
 }
+
+/// The name an id-derived name had when `safe_name` passed valid names through unchanged: a
+/// tenant could choose its instance id so that its database name equalled another's.
+fn passthrough_name(text: &str) -> String {
+    use sha2::Digest as _;
+    let readable: String = text
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        })
+        .collect();
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{readable}_{hex}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_id_crafted_from_another_instances_name_reaches_nothing_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, |y| y).await;
+    let victim = unique("victim");
+    broker.provision_ok(PG, &victim, json!({})).await;
+    let mine = broker.bind_ok(PG, &victim, "app", json!({})).await;
+    let mut app = PgConnection::connect(s(&mine, "uri")).await.unwrap();
+    sqlx::raw_sql("CREATE TABLE secrets (v text); INSERT INTO secrets VALUES ('ssn')")
+        .execute(&mut app)
+        .await
+        .unwrap();
+
+    // The attack of a name that maps to the victim's: `db_` + crafted == the victim's old name.
+    let crafted = passthrough_name(&format!("db_{victim}"))
+        .strip_prefix("db_")
+        .unwrap()
+        .to_owned();
+    broker.provision_ok(PG, &crafted, json!({})).await;
+    let theirs = broker.bind_ok(PG, &crafted, "thief", json!({})).await;
+    assert_ne!(theirs["database"], mine["database"]);
+    let mut thief = PgConnection::connect(s(&theirs, "uri")).await.unwrap();
+    assert!(
+        sqlx::raw_sql("SELECT * FROM secrets")
+            .execute(&mut thief)
+            .await
+            .is_err(),
+        "the crafted instance sees no table of the victim's"
+    );
+    thief.close().await.ok();
+    broker.deprovision_ok(PG, &crafted).await;
+
+    let rows: Vec<String> = sqlx::query_scalar("SELECT v FROM secrets")
+        .fetch_all(&mut app)
+        .await
+        .expect("the victim's binding still works after the crafted instance is gone");
+    assert_eq!(rows, ["ssn"]);
+    app.close().await.ok();
+    broker.deprovision_ok(PG, &victim).await;
+}
