@@ -35,7 +35,7 @@ pub async fn require_api_version(request: Request, next: Next) -> Response {
         None => next.run(request).await,
         Some(p) => ApiError::new(
             StatusCode::PRECONDITION_FAILED,
-            format!("{p}; this broker serves versions {OLDEST_SUPPORTED} to {LATEST} (2.x from {OLDEST_SUPPORTED} on)"),
+            format!("{p}; this broker serves every 2.x version from {OLDEST_SUPPORTED} on (it implements {LATEST} and later minor versions add only optional fields)"),
         )
         .into_response(),
     }

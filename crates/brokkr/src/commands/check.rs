@@ -15,10 +15,30 @@ pub struct CheckArgs {
 /// Loads the configuration; every error it has makes the command fail.
 pub async fn run(args: CheckArgs) -> Result<()> {
     let config = crate::config::load_config(args.config.as_deref())?;
+    let services = config.catalog.services.len();
     let plans: usize = config.catalog.services.iter().map(|s| s.plans.len()).sum();
     println!(
-        "ok: {} services, {plans} plans, every plan with a blueprint",
-        config.catalog.services.len()
+        "ok: {}, {}, every plan with a blueprint",
+        count(services, "service"),
+        count(plans, "plan")
     );
     Ok(())
+}
+
+/// `n` and `noun`, plural unless `n` is 1: `1 service`, `2 plans`.
+fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_read_as_english() {
+        assert_eq!(super::count(1, "service"), "1 service");
+        assert_eq!(super::count(0, "plan"), "0 plans");
+        assert_eq!(super::count(17, "plan"), "17 plans");
+    }
 }

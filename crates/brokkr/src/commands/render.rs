@@ -191,6 +191,27 @@ pub async fn run(args: RenderArgs) -> Result<()> {
     Ok(())
 }
 
+/// Why no plan matched: the service is unknown (with the known ones), or it has no such plan
+/// (with its plans).
+fn unknown_plan(config: &Config, service: &str, plan: &str) -> anyhow::Error {
+    let services = &config.catalog.services;
+    let names = |names: Vec<&str>| names.join(", ");
+    match services
+        .iter()
+        .find(|s| s.name == service || s.id == service)
+    {
+        None => anyhow!(
+            "unknown service {service:?}; known: {}",
+            names(services.iter().map(|s| s.name.as_str()).collect())
+        ),
+        Some(s) => anyhow!(
+            "service {:?} has no plan {plan:?}; its plans: {}",
+            s.name,
+            names(s.plans.iter().map(|p| p.name.as_str()).collect())
+        ),
+    }
+}
+
 /// The YAML stream `render` prints.
 fn render(args: &RenderArgs, config: &Config) -> Result<String> {
     let entry = config
@@ -199,7 +220,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             (e.service.name == args.service || e.service.id == args.service)
                 && (e.plan.name == args.plan || e.plan.id == args.plan)
         })
-        .ok_or_else(|| anyhow!("no plan {:?} of service {:?}", args.plan, args.service))?;
+        .ok_or_else(|| unknown_plan(config, &args.service, &args.plan))?;
     let renderer = args.seed.map_or_else(Renderer::new, Renderer::with_seed);
     let evaluator = Evaluator::new(renderer, target_facts(&config.targets));
     let params = crate::config::parameters(args.params.as_deref())?;
@@ -531,6 +552,12 @@ blueprints:
         let config = brokkr_blueprint::load::load_str("test.yaml", CONFIG).unwrap();
         let args = Cli::parse_from(["render", "--service", "db", "--plan", "large"]).args;
         let err = render(&args, &config).unwrap_err().to_string();
-        assert!(err.contains("no plan \"large\""), "{err}");
+        assert!(err.contains("has no plan \"large\"; its plans: "), "{err}");
+        let args = Cli::parse_from(["render", "--service", "postgres", "--plan", "small"]).args;
+        let err = render(&args, &config).unwrap_err().to_string();
+        assert!(
+            err.starts_with("unknown service \"postgres\"; known: db"),
+            "{err}"
+        );
     }
 }

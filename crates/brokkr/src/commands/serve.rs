@@ -33,7 +33,7 @@ pub struct ServeArgs {
     /// Store URL: sqlite://PATH or postgres://… [default: store, else sqlite://brokkr.db].
     #[arg(long, env = "BROKKR_STORE")]
     store: Option<String>,
-    /// Basic auth user name (with --password-env's twin BROKKR_BROKER_PASSWORD).
+    /// Basic auth user name (the password comes from --password or BROKKR_BROKER_PASSWORD).
     #[arg(long, env = "BROKKR_BROKER_USERNAME", hide_env_values = true)]
     username: Option<String>,
     /// Basic auth password; prefer the environment variable over the flag.
