@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 mod admin_url;
 pub mod kubernetes;
 pub mod mysql;
+mod owner;
 pub mod postgres;
 pub mod redis;
 mod sql;

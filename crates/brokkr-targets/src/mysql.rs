@@ -33,12 +33,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor};
 use tracing::warn;
 
+use crate::owner::Owner;
 use crate::sql::{Access, classify, connect_within};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
@@ -152,13 +153,7 @@ impl Mysql {
         } else if owned_by(admin, kind, name).await.map_err(e)?.as_ref() == Some(owner) {
             return Ok(());
         }
-        Err(TargetError::Invalid(format!(
-            "target {}: {} {name} exists and was not created by brokkr for {}; brokkr does not \
-             take it over",
-            self.name,
-            kind.as_str(),
-            owner.description()
-        )))
+        Err(owner.refusal(&self.name, &format!("{} {name}", kind.as_str())))
     }
 
     /// Whether `name` of `kind` is `owner`'s; says so in the log when it is not.
@@ -292,11 +287,7 @@ impl Target for Mysql {
                     .map_err(|e| self.err(&e))?
                     != Some(instance.clone())
                 {
-                    return Err(TargetError::Invalid(format!(
-                        "target {}: database {database} is not one brokkr created for {}",
-                        self.name,
-                        instance.description()
-                    )));
+                    return Err(instance.refusal(&self.name, &format!("database {database}")));
                 }
                 let owner = Owner::binding(&database, scope);
                 self.claim(admin, Kind::User, &name, &owner).await?;
@@ -391,53 +382,6 @@ impl Kind {
         };
         let found: i64 = sqlx::query_scalar(sql).bind(name).fetch_one(admin).await?;
         Ok(found != 0)
-    }
-}
-
-/// For whom brokkr created a database (an instance) or a user (a binding of it), as kept in
-/// `_brokkr.owners` (JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Owner {
-    database: String,
-    instance: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    binding: Option<String>,
-}
-
-impl Owner {
-    fn instance(database: &str, scope: &Scope<'_>) -> Self {
-        Self {
-            database: database.into(),
-            instance: scope.instance_id.into(),
-            binding: None,
-        }
-    }
-
-    fn binding(database: &str, scope: &Scope<'_>) -> Self {
-        Self {
-            binding: scope.binding_id.map(str::to_owned),
-            ..Self::instance(database, scope)
-        }
-    }
-
-    fn parse(json: &str) -> Option<Self> {
-        serde_json::from_str(json).ok()
-    }
-
-    fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("owners serialize")
-    }
-
-    /// Whether this is a binding's claim on the database `instance` claims.
-    fn is_binding_of(&self, instance: &Self) -> bool {
-        self.database == instance.database && self.instance == instance.instance
-    }
-
-    fn description(&self) -> String {
-        match &self.binding {
-            Some(b) => format!("binding {b:?} of instance {:?}", self.instance),
-            None => format!("instance {:?}", self.instance),
-        }
     }
 }
 

@@ -26,8 +26,8 @@
 //!
 //! brokkr never takes over what it did not create. Each role it creates carries, from the
 //! transaction that creates it, a comment naming the database, instance and binding it was made
-//! for ([`Marker`]); a database is the instance's when its owner role is. Applying a resource
-//! whose role or database exists without this instance's (or binding's) marker fails, and
+//! for (its [`Owner`] record); a database is the instance's when its owner role is. Applying a resource
+//! whose role or database exists without this instance's (or binding's) record fails, and
 //! deleting one leaves it alone, so two instances that were given the same names cannot reach
 //! each other's data. Grants and role changes for one database are serialized with an advisory
 //! lock, so concurrent binds of one instance do not collide in the catalogs. Statements are never
@@ -40,12 +40,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgExecutor};
 use tracing::warn;
 
+use crate::owner::Owner;
 use crate::sql::{Access, classify, connect_within, has_code};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
@@ -152,16 +153,16 @@ impl Postgres {
         connect_within(self.timeout, &options).await
     }
 
-    /// Refuses to go on with role `name` unless its comment is the `expected` marker.
+    /// Refuses to go on with role `name` unless its comment is the `expected` record.
     fn require(
         &self,
         name: &str,
         comment: Option<&str>,
-        expected: &Marker,
+        expected: &Owner,
     ) -> Result<(), TargetError> {
-        match comment.and_then(Marker::parse) {
+        match comment.and_then(Owner::parse) {
             Some(found) if found == *expected => Ok(()),
-            _ => Err(self.foreign("role", name, expected)),
+            _ => Err(expected.refusal(&self.name, &format!("role {name}"))),
         }
     }
 
@@ -180,12 +181,12 @@ impl Postgres {
             .map_err(e)?;
         let admin = &mut admin_conn;
         lock_database(&mut *admin, name).await.map_err(e)?;
-        let marker = Marker::owner(name, scope);
+        let record = Owner::instance(name, scope);
         match role_comment(&mut *admin, owner).await.map_err(e)? {
-            None => create_role(admin, owner, "NOLOGIN", None, &marker)
+            None => create_role(admin, owner, "NOLOGIN", None, &record)
                 .await
                 .map_err(e)?,
-            Some(found) => self.require(owner, found.as_deref(), &marker)?,
+            Some(found) => self.require(owner, found.as_deref(), &record)?,
         }
         // Creating a database owned by a role takes membership in it.
         run(admin, "GRANT %I TO CURRENT_USER", &[owner])
@@ -202,11 +203,11 @@ impl Postgres {
                     .as_deref()
                     != Some(owner)
                 {
-                    return Err(self.foreign("database", name, &marker));
+                    return Err(record.refusal(&self.name, &format!("database {name}")));
                 }
             }
             Some(found) if found == owner => {}
-            Some(_) => return Err(self.foreign("database", name, &marker)),
+            Some(_) => return Err(record.refusal(&self.name, &format!("database {name}"))),
         }
         let limit = connection_limit.map_or(-1, i32::from).to_string();
         run(
@@ -235,16 +236,6 @@ impl Postgres {
         Ok(())
     }
 
-    /// The error for an object of another owner.
-    fn foreign(&self, what: &str, name: &str, marker: &Marker) -> TargetError {
-        TargetError::Invalid(format!(
-            "target {}: {what} {name} exists and was not created by brokkr for {}; brokkr does \
-             not take it over",
-            self.name,
-            marker.owner_description()
-        ))
-    }
-
     /// The owner role of `database` when brokkr created it for `scope`'s instance.
     async fn instance_owner(
         &self,
@@ -263,9 +254,9 @@ impl Postgres {
             .await
             .map_err(e)?
             .flatten();
-        let marker = Marker::owner(database, scope);
-        if comment.as_deref().and_then(Marker::parse) != Some(marker.clone()) {
-            return Err(self.foreign("database", database, &marker));
+        let record = Owner::instance(database, scope);
+        if comment.as_deref().and_then(Owner::parse) != Some(record.clone()) {
+            return Err(record.refusal(&self.name, &format!("database {database}")));
         }
         Ok(owner)
     }
@@ -286,13 +277,13 @@ impl Postgres {
         let admin = &mut admin_conn;
         lock_database(&mut *admin, database).await.map_err(e)?;
         let owner = self.instance_owner(admin, database, scope).await?;
-        let marker = Marker::binding(database, scope);
+        let record = Owner::binding(database, scope);
         match role_comment(&mut *admin, name).await.map_err(e)? {
-            None => create_role(admin, name, "LOGIN", Some(password), &marker)
+            None => create_role(admin, name, "LOGIN", Some(password), &record)
                 .await
                 .map_err(e)?,
             Some(found) => {
-                self.require(name, found.as_deref(), &marker)?;
+                self.require(name, found.as_deref(), &record)?;
                 run(admin, "ALTER ROLE %I LOGIN PASSWORD %L", &[name, password])
                     .await
                     .map_err(e)?;
@@ -351,7 +342,7 @@ impl Postgres {
         let Some(comment) = role_comment(&mut *admin, name).await? else {
             return Ok(());
         };
-        if comment.as_deref().and_then(Marker::parse) != Some(Marker::binding(database, scope)) {
+        if comment.as_deref().and_then(Owner::parse) != Some(Owner::binding(database, scope)) {
             warn!(target = %self.name, role = name, "role not created by brokkr for this binding: left in place");
             return Ok(());
         }
@@ -384,11 +375,11 @@ impl Postgres {
         let mut admin_conn = self.connect(&self.admin_database(), None).await?;
         let admin = &mut admin_conn;
         lock_database(&mut *admin, name).await?;
-        let marker = Marker::owner(name, scope);
+        let record = Owner::instance(name, scope);
         let owner_comment = role_comment(&mut *admin, owner).await?;
         let owned = match &owner_comment {
             None => false,
-            Some(found) => found.as_deref().and_then(Marker::parse) == Some(marker.clone()),
+            Some(found) => found.as_deref().and_then(Owner::parse) == Some(record.clone()),
         };
         if owner_comment.is_some() && !owned {
             warn!(target = %self.name, role = owner, database = name,
@@ -402,12 +393,12 @@ impl Postgres {
         // Roles of this instance's bindings that were never unbound.
         let marked: Vec<(String, String)> = sqlx::query_as(
             "SELECT rolname::text, shobj_description(oid, 'pg_authid') FROM pg_roles \
-             WHERE shobj_description(oid, 'pg_authid') LIKE '{\"brokkr\":%'",
+             WHERE shobj_description(oid, 'pg_authid') LIKE '{\"of\":%'",
         )
         .fetch_all(&mut *admin)
         .await?;
         for (role, comment) in marked {
-            if Marker::parse(&comment).is_some_and(|m| m.is_binding_of(&marker)) {
+            if Owner::parse(&comment).is_some_and(|m| m.is_binding_of(&record)) {
                 terminate(&mut *admin, "usename", &role).await?;
                 run(admin, "DROP ROLE IF EXISTS %I", &[&role]).await?;
             }
@@ -506,69 +497,14 @@ impl Target for Postgres {
     }
 }
 
-/// What a role brokkr created is for, kept as the role's comment (JSON): the owner role of an
-/// instance's database, or the login role of one of its bindings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Marker {
-    /// `owner` or `binding`.
-    brokkr: String,
-    database: String,
-    instance: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    binding: Option<String>,
-}
-
-impl Marker {
-    fn owner(database: &str, scope: &Scope<'_>) -> Self {
-        Self {
-            brokkr: "owner".into(),
-            database: database.into(),
-            instance: scope.instance_id.into(),
-            binding: None,
-        }
-    }
-
-    fn binding(database: &str, scope: &Scope<'_>) -> Self {
-        Self {
-            brokkr: "binding".into(),
-            database: database.into(),
-            instance: scope.instance_id.into(),
-            binding: scope.binding_id.map(str::to_owned),
-        }
-    }
-
-    fn parse(comment: &str) -> Option<Self> {
-        serde_json::from_str(comment).ok()
-    }
-
-    /// Whether this marks a binding role of the instance database `owner` marks.
-    fn is_binding_of(&self, owner: &Self) -> bool {
-        self.brokkr == "binding"
-            && self.database == owner.database
-            && self.instance == owner.instance
-    }
-
-    /// Whom the object would belong to, for errors.
-    fn owner_description(&self) -> String {
-        match &self.binding {
-            Some(b) => format!("binding {b:?} of instance {:?}", self.instance),
-            None => format!("instance {:?}", self.instance),
-        }
-    }
-
-    fn to_comment(&self) -> String {
-        serde_json::to_string(self).expect("markers serialize")
-    }
-}
-
-/// Creates `role` with `options` (and `password`) and its marker in one transaction, so a role
-/// brokkr created is never seen without its marker.
+/// Creates `role` with `options` (and `password`) and its owner record in one transaction, so a role
+/// brokkr created is never seen without its record.
 async fn create_role(
     admin: &mut PgConnection,
     role: &str,
     options: &str,
     password: Option<&str>,
-    marker: &Marker,
+    owner: &Owner,
 ) -> Result<(), sqlx::Error> {
     let mut tx = admin.begin().await?;
     match password {
@@ -581,7 +517,7 @@ async fn create_role(
     run(
         &mut tx,
         "COMMENT ON ROLE %I IS %L",
-        &[role, &marker.to_comment()],
+        &[role, &owner.to_json()],
     )
     .await?;
     tx.commit().await

@@ -35,11 +35,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Client, ErrorKind, RedisError, ServerErrorKind};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tracing::warn;
 
+use crate::owner::Owner;
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_secret, parse};
 
 /// Longest prefix or user name accepted.
@@ -247,13 +248,7 @@ impl Redis {
         } else if self.owner(kind, name).await?.as_ref() == Some(owner) {
             return Ok(());
         }
-        Err(TargetError::Invalid(format!(
-            "target {}: {} {name} exists and was not created by brokkr for {}; brokkr does not \
-             take it over",
-            self.name,
-            kind.as_str(),
-            owner.description()
-        )))
+        Err(owner.refusal(&self.name, &format!("{} {name}", kind.as_str())))
     }
 
     /// Whether `name` of `kind` is `owner`'s; says so in the log when it is not.
@@ -332,11 +327,7 @@ impl Target for Redis {
             } => {
                 let instance = Owner::instance(&prefix, scope);
                 if self.owner(Kind::Prefix, &prefix).await? != Some(instance.clone()) {
-                    return Err(TargetError::Invalid(format!(
-                        "target {}: prefix {prefix} is not one brokkr created for {}",
-                        self.name,
-                        instance.description()
-                    )));
+                    return Err(instance.refusal(&self.name, &format!("prefix {prefix}")));
                 }
                 self.claim(Kind::User, &name, &Owner::binding(&prefix, scope))
                     .await?;
@@ -429,27 +420,50 @@ impl Target for Redis {
     }
 }
 
-/// Unlinks every key of `prefix:*`, a batch at a time.
-async fn unlink_prefix(c: &mut MultiplexedConnection, prefix: &str) -> Result<(), RedisError> {
-    let pattern = format!("{}:*", glob_escape(prefix));
-    let mut cursor: u64 = 0;
-    loop {
+/// The keys of `prefix:*`, a `SCAN` batch at a time.
+struct PrefixScan {
+    pattern: String,
+    cursor: Option<u64>,
+}
+
+impl PrefixScan {
+    fn new(prefix: &str) -> Self {
+        Self {
+            pattern: format!("{}:*", glob_escape(prefix)),
+            cursor: Some(0),
+        }
+    }
+
+    /// The next batch (possibly empty), or `None` when the scan is complete.
+    async fn next(
+        &mut self,
+        c: &mut MultiplexedConnection,
+    ) -> Result<Option<Vec<Vec<u8>>>, RedisError> {
+        let Some(cursor) = self.cursor else {
+            return Ok(None);
+        };
         let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(&self.pattern)
             .arg("COUNT")
             .arg(BATCH)
             .query_async(c)
             .await?;
+        self.cursor = (next != 0).then_some(next);
+        Ok(Some(keys))
+    }
+}
+
+/// Unlinks every key of `prefix:*`, a batch at a time.
+async fn unlink_prefix(c: &mut MultiplexedConnection, prefix: &str) -> Result<(), RedisError> {
+    let mut scan = PrefixScan::new(prefix);
+    while let Some(keys) = scan.next(c).await? {
         if !keys.is_empty() {
             let _: i64 = c.unlink(keys).await?;
         }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
     }
+    Ok(())
 }
 
 /// Disconnects and deletes user `name`; succeeds when it does not exist.
@@ -518,76 +532,15 @@ impl Kind {
     }
 }
 
-/// For whom brokkr created a prefix (an instance) or a user (a binding of it), as kept in
-/// [`OWNERS`] (JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Owner {
-    prefix: String,
-    instance: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    binding: Option<String>,
-}
-
-impl Owner {
-    fn instance(prefix: &str, scope: &Scope<'_>) -> Self {
-        Self {
-            prefix: prefix.into(),
-            instance: scope.instance_id.into(),
-            binding: None,
-        }
-    }
-
-    fn binding(prefix: &str, scope: &Scope<'_>) -> Self {
-        Self {
-            binding: scope.binding_id.map(str::to_owned),
-            ..Self::instance(prefix, scope)
-        }
-    }
-
-    fn parse(json: &str) -> Option<Self> {
-        serde_json::from_str(json).ok()
-    }
-
-    fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("owners serialize")
-    }
-
-    /// Whether this is a binding's claim on the prefix `instance` claims.
-    fn is_binding_of(&self, instance: &Self) -> bool {
-        self.binding.is_some()
-            && self.prefix == instance.prefix
-            && self.instance == instance.instance
-    }
-
-    fn description(&self) -> String {
-        match &self.binding {
-            Some(b) => format!("binding {b:?} of instance {:?}", self.instance),
-            None => format!("instance {:?}", self.instance),
-        }
-    }
-}
-
 /// Whether any key starts with `prefix:`.
 async fn has_keys(c: &mut MultiplexedConnection, prefix: &str) -> Result<bool, RedisError> {
-    let pattern = format!("{}:*", glob_escape(prefix));
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(BATCH)
-            .query_async(c)
-            .await?;
+    let mut scan = PrefixScan::new(prefix);
+    while let Some(keys) = scan.next(c).await? {
         if !keys.is_empty() {
             return Ok(true);
         }
-        if next == 0 {
-            return Ok(false);
-        }
-        cursor = next;
     }
+    Ok(false)
 }
 
 /// Escapes glob metacharacters (`*?[]\`) so a pattern matches the text literally.
