@@ -12,8 +12,8 @@
 //!   [`ServerLimits::idle_timeout`] is closed (this bounds HTTP/2 connections and request
 //!   bodies that stall).
 //!
-//! Together they free the slots slow clients hold, so `/healthz` is answered at the latest one
-//! header read timeout after the cap is reached. On shutdown the server stops accepting, lets
+//! Together they free the slots slow clients hold: each header read timeout admits up to
+//! `max_connections` of the connections waiting, so `/healthz` keeps answering. On shutdown the server stops accepting, lets
 //! requests in flight finish and closes idle connections.
 
 use std::future::Future;

@@ -1,6 +1,6 @@
-//! Steps a deprovision leaves behind: the operation succeeds and says what it left, the leftover
-//! is listed by the admin API and counted in `/metrics`, survives a restart, and the janitor
-//! removes it once its step succeeds — on SQLite and PostgreSQL.
+//! Steps an unbind and a deprovision leave behind: each operation succeeds and says what it
+//! left, the leftover is listed by the admin API and counted in `/metrics`, survives a restart,
+//! and the janitor removes it once its step succeeds — on SQLite and PostgreSQL.
 
 #[macro_use]
 mod harness;
@@ -24,7 +24,7 @@ catalog:
   - name: leftovers
     id: svc-left
     description: Databases on a server that may be down when they are dropped
-    bindable: false
+    bindable: true
     plans:
     - {name: p, id: plan-left, description: d}
 blueprints:
@@ -35,20 +35,30 @@ blueprints:
     - {name: database, value: "db-{{ instance_id }}"}
     steps:
     - name: database
-      run: drop-database
+      run: drop
       with: {name: "{{ registry('database') }}"}
       budget: 200ms
       on: [deprovision]
+  binding:
+    registry:
+    - {name: user, value: "u-{{ binding_id }}"}
+    steps:
+    - name: login
+      run: drop
+      with: {name: "{{ registry('database') }}/{{ registry('user') }}"}
+      budget: 200ms
+      on: [unbind]
+    credentials: {type: api-key, key: k}
 "#;
 
-/// Drops a database, unless its server is down; records what it dropped.
-struct DropDatabase {
+/// Drops a database or a login, unless its server is down; records what it dropped.
+struct Drop {
     down: Arc<AtomicBool>,
     dropped: Arc<Mutex<Vec<String>>>,
 }
 
 #[async_trait]
-impl StepKind for DropDatabase {
+impl StepKind for Drop {
     async fn run(&self, ctx: &StepContext<'_>) -> StepOutcome {
         if self.down.load(Ordering::SeqCst) {
             return StepOutcome::retry(Duration::from_millis(50), "the server is unreachable");
@@ -59,7 +69,7 @@ impl StepKind for DropDatabase {
     }
 }
 
-store_tests!(a_deprovision_that_left_a_step_behind_is_cleaned_up_in_the_background);
+store_tests!(steps_left_behind_by_unbind_and_deprovision_are_cleaned_up);
 
 fn options() -> EngineOptions {
     EngineOptions {
@@ -90,14 +100,14 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     panic!("never: {what}");
 }
 
-async fn a_deprovision_that_left_a_step_behind_is_cleaned_up_in_the_background(backend: Backend) {
+async fn steps_left_behind_by_unbind_and_deprovision_are_cleaned_up(backend: Backend) {
     let down = Arc::new(AtomicBool::new(true));
     let dropped = Arc::new(Mutex::new(Vec::new()));
-    let step: Arc<dyn StepKind> = Arc::new(DropDatabase {
+    let step: Arc<dyn StepKind> = Arc::new(Drop {
         down: down.clone(),
         dropped: dropped.clone(),
     });
-    let kinds = [("drop-database", step)];
+    let kinds = [("drop", step)];
     let store = TestStore::new(backend).await;
     let b = serve(&store, CONFIG, options(), ServerLimits::default(), &kinds).await;
 
@@ -108,6 +118,30 @@ async fn a_deprovision_that_left_a_step_behind_is_cleaned_up_in_the_background(b
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let q = "accepts_incomplete=true&service_id=svc-left&plan_id=plan-left";
+
+    // An unbind leaves its login behind, and says so.
+    let binding = "/v2/service_instances/lo-1/service_bindings/app";
+    let body = json!({"service_id": "svc-left", "plan_id": "plan-left"});
+    let (status, _) = b.call(Method::PUT, binding, Some(body), false).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = b
+        .call(Method::DELETE, &format!("{binding}?{q}"), None, false)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let poll = format!("{binding}/last_operation");
+    let done = eventually("the unbind ends", || async {
+        let (_, body) = b.call(Method::GET, &poll, None, false).await;
+        (body["state"] != "in progress").then_some(body)
+    })
+    .await;
+    assert_eq!(done["state"], "succeeded", "{done:?}");
+    assert_eq!(
+        done["description"],
+        "unbound; left behind: step 'login' (gave up after 200ms: the server is \
+         unreachable); retried in the background"
+    );
+
+    // So does the deprovision that follows, with its database.
     let (status, _) = b
         .call(
             Method::DELETE,
@@ -134,22 +168,50 @@ async fn a_deprovision_that_left_a_step_behind_is_cleaned_up_in_the_background(b
 
     // The admin API lists it — without parameters — and /metrics counts it.
     let listed = orphans(&b).await;
-    assert_eq!(listed.len(), 1, "{listed:?}");
-    let orphan = &listed[0];
-    assert_eq!(orphan["instance_id"], "lo-1");
-    assert_eq!(orphan["kind"], "deprovision");
-    assert_eq!(orphan["step"], "database");
-    assert!(!orphan.to_string().contains("s3cret-param"), "{orphan}");
-    let gauge = "brokkr_orphans{kind=\"deprovision\",step=\"database\"} 1";
-    eventually("the gauge counts the orphan", || async {
-        b.metrics().await.contains(gauge).then_some(())
-    })
-    .await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let (login, database) = (&listed[0], &listed[1]);
+    assert_eq!(
+        (
+            &login["instance_id"],
+            &login["binding_id"],
+            &login["kind"],
+            &login["step"]
+        ),
+        (
+            &json!("lo-1"),
+            &json!("app"),
+            &json!("unbind"),
+            &json!("login")
+        )
+    );
+    assert_eq!(
+        (&database["instance_id"], &database["binding_id"]),
+        (&json!("lo-1"), &Value::Null)
+    );
+    assert_eq!(
+        (&database["kind"], &database["step"]),
+        (&json!("deprovision"), &json!("database"))
+    );
+    assert!(
+        !Value::from(listed.clone())
+            .to_string()
+            .contains("s3cret-param"),
+        "{listed:?}"
+    );
+    for gauge in [
+        "brokkr_orphans{kind=\"deprovision\",step=\"database\"} 1",
+        "brokkr_orphans{kind=\"unbind\",step=\"login\"} 1",
+    ] {
+        eventually("the gauge counts the orphans", || async {
+            b.metrics().await.contains(gauge).then_some(())
+        })
+        .await;
+    }
 
     // The janitor tries it again and records why it still fails.
     let tried = eventually("the janitor tries again", || async {
         let listed = orphans(&b).await;
-        let o = listed.first()?.clone();
+        let o = listed.last()?.clone();
         (o["attempts"].as_i64()? >= 1).then_some(o)
     })
     .await;
@@ -163,22 +225,24 @@ async fn a_deprovision_that_left_a_step_behind_is_cleaned_up_in_the_background(b
     // A restart keeps it.
     b.stop().await;
     let b = serve(&store, CONFIG, options(), ServerLimits::default(), &kinds).await;
-    assert_eq!(orphans(&b).await.len(), 1);
+    assert_eq!(orphans(&b).await.len(), 2);
 
-    // Once the server is back, the janitor drops the database — named from the instance's
-    // registry, which the orphan kept — and forgets the orphan.
+    // Once the server is back, the janitor drops the login and the database — named from the
+    // registries the orphans kept, the instance's too — and forgets the orphans.
     down.store(false, Ordering::SeqCst);
     eventually("the janitor removes the orphan", || async {
         orphans(&b).await.is_empty().then_some(())
     })
     .await;
-    assert_eq!(*dropped.lock().unwrap(), ["db-lo-1"]);
+    let mut dropped = dropped.lock().unwrap().clone();
+    dropped.sort();
+    assert_eq!(dropped, ["db-lo-1", "db-lo-1/u-app"]);
     let metrics = eventually("the gauge no longer counts it", || async {
         let metrics = b.metrics().await;
         (!metrics.contains("brokkr_orphans{")).then_some(metrics)
     })
     .await;
-    assert!(metrics.contains("brokkr_janitor_attempts_total{result=\"resolved\"} 1"));
+    assert!(metrics.contains("brokkr_janitor_attempts_total{result=\"resolved\"} 2"));
 
     // Nothing is left for a repeated DELETE.
     let (status, _) = b
