@@ -171,8 +171,8 @@ pub struct BrokerConfig {
     /// How long a client may take to send a request's headers (default 10s).
     #[serde(default, with = "opt_duration")]
     pub header_read_timeout: Option<Duration>,
-    /// How long a connection may stay open without traffic while no request is being answered
-    /// (default 120s).
+    /// How long a connection may stay open without traffic, unless a request whose body has
+    /// arrived is being answered (default 120s).
     #[serde(default, with = "opt_duration")]
     pub idle_timeout: Option<Duration>,
 }

@@ -8,9 +8,9 @@
 //!   within [`ServerLimits::header_read_timeout`] — of being accepted, or of the previous
 //!   response on a kept-alive connection — is closed (hyper's HTTP/1 timer; the same limit
 //!   covers a client that sends nothing at all, before its protocol is known).
-//! - **An idle timeout**: a connection with no request being answered and no traffic for
-//!   [`ServerLimits::idle_timeout`] is closed (this bounds HTTP/2 connections and request
-//!   bodies that stall).
+//! - **An idle timeout**: a connection without traffic for [`ServerLimits::idle_timeout`] is
+//!   closed, unless a request whose body has fully arrived is being answered (an operation may
+//!   take a while). This bounds request bodies that stall and HTTP/2 connections.
 //!
 //! Together they free the slots slow clients hold: each header read timeout admits up to
 //! `max_connections` of the connections waiting, so `/healthz` keeps answering. On shutdown the server stops accepting, lets
@@ -20,10 +20,12 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -51,7 +53,8 @@ pub struct ServerLimits {
     pub max_connections: usize,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
-    /// How long a connection may go without traffic while no request is being answered.
+    /// How long a connection may go without traffic, unless a request whose body has arrived
+    /// is being answered.
     pub idle_timeout: Duration,
 }
 
@@ -106,11 +109,17 @@ pub async fn serve(
         let service = {
             let (router, activity) = (router.clone(), activity.clone());
             hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let answering = Answering::start(activity.clone());
-                let response = router.clone().oneshot(request.map(axum::body::Body::new));
+                let answering = Answering::start(activity.clone(), request.body().is_end_stream());
+                let request = request.map(|body| {
+                    axum::body::Body::new(TrackedBody {
+                        inner: body,
+                        answering: answering.clone(),
+                    })
+                });
+                let response = router.clone().oneshot(request);
                 async move {
                     let response = response.await;
-                    drop(answering);
+                    answering.finish();
                     response
                 }
             })
@@ -155,7 +164,7 @@ struct Activity {
     opened: Instant,
     /// Milliseconds from `opened` to the last traffic or request start/end.
     last_ms: AtomicU64,
-    /// Requests being answered.
+    /// Requests being answered whose body has fully arrived.
     answering: AtomicUsize,
     /// Whether a request has started (until then the header read timeout applies).
     served: AtomicBool,
@@ -176,8 +185,9 @@ impl Activity {
         self.last_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
-    /// Completes once the connection has been idle too long: no request being answered and no
-    /// traffic for the idle timeout — or for the header read timeout, before its first request.
+    /// Completes once the connection has been idle too long: no request with its body complete
+    /// being answered, and no traffic for the idle timeout — or for the header read timeout,
+    /// before its first request.
     async fn idle_past(&self, limits: ServerLimits) {
         loop {
             let limit = match self.served.load(Ordering::Relaxed) {
@@ -198,22 +208,76 @@ impl Activity {
     }
 }
 
-/// Marks a request as being answered for as long as it lives.
-struct Answering(Arc<Activity>);
+/// One request's part in its connection's [`Activity`]: it counts as being answered from the
+/// end of its body until its response is ready.
+struct Answering {
+    activity: Arc<Activity>,
+    /// [`RECEIVING`], [`ANSWERING`] or [`ANSWERED`].
+    stage: AtomicU8,
+}
+
+const RECEIVING: u8 = 0;
+const ANSWERING: u8 = 1;
+const ANSWERED: u8 = 2;
 
 impl Answering {
-    fn start(activity: Arc<Activity>) -> Self {
+    fn start(activity: Arc<Activity>, body_complete: bool) -> Arc<Self> {
         activity.served.store(true, Ordering::Relaxed);
-        activity.answering.fetch_add(1, Ordering::Relaxed);
         activity.touch();
-        Self(activity)
+        let answering = Arc::new(Self {
+            activity,
+            stage: AtomicU8::new(RECEIVING),
+        });
+        if body_complete {
+            answering.body_complete();
+        }
+        answering
+    }
+
+    fn body_complete(&self) {
+        let stage =
+            self.stage
+                .compare_exchange(RECEIVING, ANSWERING, Ordering::Relaxed, Ordering::Relaxed);
+        if stage.is_ok() {
+            self.activity.answering.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn finish(&self) {
+        if self.stage.swap(ANSWERED, Ordering::Relaxed) == ANSWERING {
+            self.activity.answering.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.activity.touch();
     }
 }
 
-impl Drop for Answering {
-    fn drop(&mut self) {
-        self.0.answering.fetch_sub(1, Ordering::Relaxed);
-        self.0.touch();
+/// A request body that tells its [`Answering`] when it has fully arrived.
+struct TrackedBody {
+    inner: Incoming,
+    answering: Arc<Answering>,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.answering.body_complete();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

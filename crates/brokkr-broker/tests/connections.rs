@@ -1,6 +1,7 @@
 //! Clients that open connections and never finish a request cannot starve the broker: past the
-//! connection cap, new connections wait; slow ones are closed after the header read timeout,
-//! and `/healthz` is answered meanwhile. Everything talks to 127.0.0.1, a bounded number of
+//! connection cap, new connections wait; those that stall in their headers are closed after the
+//! header read timeout, those that stall in their body after the idle timeout, and `/healthz`
+//! is answered meanwhile. Everything talks to 127.0.0.1, a bounded number of
 //! connections, for a few seconds.
 
 #[macro_use]
@@ -17,6 +18,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const CAP: usize = 4;
+
+/// A provision whose body stops after its first bytes (platform:test-password).
+const STALLED_BODY: &[u8] = b"PUT /v2/service_instances/i-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+    Authorization: Basic cGxhdGZvcm06dGVzdC1wYXNzd29yZA==\r\nX-Broker-API-Version: 2.17\r\n\
+    Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"service_id\": ";
 
 /// Reads until the server closes the connection; fails after `within`.
 async fn closed_within(stream: &mut TcpStream, within: Duration) -> Vec<u8> {
@@ -41,7 +47,7 @@ async fn slow_clients_are_cut_off_and_health_keeps_answering() {
     let limits = ServerLimits {
         max_connections: CAP,
         header_read_timeout: Duration::from_secs(1),
-        idle_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(1),
     };
     let b = serve(
         &store,
@@ -52,16 +58,17 @@ async fn slow_clients_are_cut_off_and_health_keeps_answering() {
     )
     .await;
 
-    // More clients than the cap: some stop halfway through their headers, some send nothing.
+    // More clients than the cap: some stop halfway through their headers, some in their body,
+    // some send nothing.
     let mut slow = Vec::new();
     for i in 0..CAP + 2 {
         let mut stream = TcpStream::connect(b.addr).await.unwrap();
-        if i % 2 == 0 {
-            stream
-                .write_all(b"GET /v2/catalog HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-                .await
-                .unwrap();
-        }
+        let sent: &[u8] = match i % 3 {
+            0 => b"GET /v2/catalog HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+            1 => STALLED_BODY,
+            _ => b"",
+        };
+        stream.write_all(sent).await.unwrap();
         slow.push(stream);
     }
 

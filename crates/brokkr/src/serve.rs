@@ -68,8 +68,8 @@ pub struct ServeArgs {
     /// [default: broker.header_read_timeout, else 10s].
     #[arg(long, env = "BROKKR_HEADER_READ_TIMEOUT", value_parser = humantime_duration)]
     header_read_timeout: Option<std::time::Duration>,
-    /// How long a connection may stay open without traffic while no request is being answered
-    /// [default: broker.idle_timeout, else 120s].
+    /// How long a connection may stay open without traffic, unless a request whose body has
+    /// arrived is being answered [default: broker.idle_timeout, else 120s].
     #[arg(long, env = "BROKKR_IDLE_TIMEOUT", value_parser = humantime_duration)]
     idle_timeout: Option<std::time::Duration>,
 }
