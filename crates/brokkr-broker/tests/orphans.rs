@@ -1,6 +1,7 @@
 //! Steps an unbind and a deprovision leave behind: each operation succeeds and says what it
 //! left, the leftover is listed by the admin API and counted in `/metrics`, survives a restart,
-//! and the janitor removes it once its step succeeds — on SQLite and PostgreSQL.
+//! and the janitor removes it once its step succeeds — on SQLite and PostgreSQL. Replicas
+//! sharing a PostgreSQL store never retry one leftover at the same time.
 
 #[macro_use]
 mod harness;
@@ -254,5 +255,76 @@ async fn steps_left_behind_by_unbind_and_deprovision_are_cleaned_up(backend: Bac
         )
         .await;
     assert_eq!(status, StatusCode::GONE);
+    b.stop().await;
+}
+
+/// Fails after a while, counting how many runs overlap.
+struct Overlapping {
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+    runs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait]
+impl StepKind for Overlapping {
+    async fn run(&self, _: &StepContext<'_>) -> StepOutcome {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        StepOutcome::Fail("the server is unreachable".into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_sharing_a_store_never_retry_one_orphan_at_the_same_time() {
+    let overlapping = Overlapping {
+        running: Arc::default(),
+        most: Arc::default(),
+        runs: Arc::default(),
+    };
+    let (most, runs) = (overlapping.most.clone(), overlapping.runs.clone());
+    let kinds = [("drop", Arc::new(overlapping) as Arc<dyn StepKind>)];
+    let store = TestStore::new(Backend::Postgres).await;
+    let options = EngineOptions {
+        orphan_backoff: Duration::from_millis(1),
+        orphan_backoff_max: Duration::from_millis(1),
+        ..options()
+    };
+    let a = serve(
+        &store,
+        CONFIG,
+        options.clone(),
+        ServerLimits::default(),
+        &kinds,
+    )
+    .await;
+    let b = serve(&store, CONFIG, options, ServerLimits::default(), &kinds).await;
+    let body = json!({"service_id": "svc-left", "plan_id": "plan-left"});
+    let (status, _) = a
+        .call(Method::PUT, "/v2/service_instances/lo-2", Some(body), false)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let q = "accepts_incomplete=true&service_id=svc-left&plan_id=plan-left";
+    let (status, body) = a
+        .call(
+            Method::DELETE,
+            &format!("/v2/service_instances/lo-2?{q}"),
+            None,
+            false,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body:?}");
+
+    // Both replicas' janitors keep finding the orphan due; only one holds it at a time.
+    eventually("the janitors retry it a few times", || async {
+        (runs.load(Ordering::SeqCst) >= 6).then_some(())
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 1);
+    let listed = orphans(&b).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    a.stop().await;
     b.stop().await;
 }
