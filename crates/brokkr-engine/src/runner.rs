@@ -1015,12 +1015,13 @@ struct Running<'a> {
 }
 
 impl<'a> Running<'a> {
+    /// `None` when the operation already runs here. (The guard is built only after the lock
+    /// is released: one built and dropped under it would lock it again, and remove the entry of
+    /// the run that holds it.)
     fn enter(set: &'a Mutex<HashSet<(Key, String)>>, key: &Key, op_id: &str) -> Option<Self> {
         let entry = (key.clone(), op_id.to_owned());
-        set.lock()
-            .expect("lock")
-            .insert(entry.clone())
-            .then_some(Self { set, entry })
+        let inserted = set.lock().expect("lock").insert(entry.clone());
+        inserted.then(|| Self { set, entry })
     }
 }
 
@@ -1064,5 +1065,25 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_already_running_here_is_not_entered_twice() {
+        let set = Mutex::new(HashSet::new());
+        let key = Key::instance("i-1");
+        let first = Running::enter(&set, &key, "op-1").expect("entered");
+        assert!(Running::enter(&set, &key, "op-1").is_none());
+        assert_eq!(
+            set.lock().unwrap().len(),
+            1,
+            "the first run keeps its entry"
+        );
+        drop(first);
+        assert!(set.lock().unwrap().is_empty());
     }
 }
