@@ -201,6 +201,17 @@ pub struct BrokerConfig {
     /// How long a synchronous request waits for its operation (default 60s).
     #[serde(default, with = "opt_duration")]
     pub sync_timeout: Option<Duration>,
+    /// Most HTTP connections open at once; beyond, new ones wait in the listen backlog
+    /// (default 1024).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// How long a client may take to send a request's headers (default 10s).
+    #[serde(default, with = "opt_duration")]
+    pub header_read_timeout: Option<Duration>,
+    /// How long a connection may stay open without traffic, unless a request whose body has
+    /// arrived is being answered (default 120s).
+    #[serde(default, with = "opt_duration")]
+    pub idle_timeout: Option<Duration>,
 }
 
 /// Platform credentials. With none configured (here or in the environment), `serve` generates a

@@ -1,8 +1,10 @@
 //! The admin API: what operators need to see what the engine is doing.
 //!
 //! `GET /admin/v1/operations/{id}` shows an operation and its event log (steps started, finished,
-//! waiting, failed); `GET /admin/v1/instances?state=…&limit=…` lists instances by status. Both use
-//! credentials separate from the platform's and never show parameters or credentials.
+//! waiting, failed); `GET /admin/v1/instances?state=…&limit=…` lists instances by status;
+//! `GET /admin/v1/orphans` lists the steps deprovisions and unbinds left behind, which the
+//! engine's janitor retries. All use credentials separate from the platform's and never show
+//! parameters or credentials.
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, Request, State};
@@ -10,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use brokkr_engine::{Operation, Resource, Status};
+use brokkr_engine::{Operation, Orphan, Resource, Status};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -25,6 +27,7 @@ pub(crate) fn routes(broker: AppState) -> Router<AppState> {
     Router::new()
         .route("/admin/v1/operations/{operation_id}", get(operation))
         .route("/admin/v1/instances", get(instances))
+        .route("/admin/v1/orphans", get(orphans))
         .layer(axum::middleware::from_fn_with_state(broker, require_admin))
 }
 
@@ -45,7 +48,10 @@ async fn require_admin(State(broker): State<AppState>, request: Request, next: N
     if ok {
         next.run(request).await
     } else {
-        ApiError::new(StatusCode::UNAUTHORIZED, "admin authentication required").into_response()
+        crate::auth::unauthorized(
+            "admin authentication required",
+            "Basic realm=\"brokkr admin\"",
+        )
     }
 }
 
@@ -120,5 +126,30 @@ async fn instances(State(broker): State<AppState>, RawQuery(query): RawQuery) ->
     Ok(json_response(
         StatusCode::OK,
         &json!({ "instances": instances }),
+    ))
+}
+
+fn orphan_summary(o: &Orphan) -> Value {
+    json!({
+        "instance_id": o.key.instance_id,
+        "binding_id": o.key.binding_id,
+        "kind": o.op_kind.as_str(),
+        "operation": o.op_id,
+        "step": o.step.name,
+        "target": o.step.target,
+        "since": o.since,
+        "attempts": o.attempts,
+        "last_error": o.last_error,
+        "next_attempt_at": o.next_attempt_at,
+    })
+}
+
+/// `GET /admin/v1/orphans`: every step left behind, oldest first (at most [`MAX_LIMIT`]).
+async fn orphans(State(broker): State<AppState>) -> ApiResult {
+    let list = broker.engine.store().list_orphans(None, MAX_LIMIT).await?;
+    let orphans: Vec<Value> = list.iter().map(orphan_summary).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "orphans": orphans }),
     ))
 }

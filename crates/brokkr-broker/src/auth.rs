@@ -103,11 +103,15 @@ pub async fn require_auth(
     if ok {
         return next.run(request).await;
     }
-    let mut response =
-        ApiError::new(StatusCode::UNAUTHORIZED, "authentication required").into_response();
+    unauthorized("authentication required", "Basic realm=\"brokkr\"")
+}
+
+/// A 401 with an OSB error body and the `WWW-Authenticate` challenge of its realm.
+pub(crate) fn unauthorized(description: &str, challenge: &'static str) -> Response {
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, description).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"brokkr\""),
+        HeaderValue::from_static(challenge),
     );
     response
 }

@@ -13,8 +13,6 @@ use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
-use brokkr_engine::runner::skipped_steps;
-
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::instances::{
@@ -313,7 +311,7 @@ async fn unbind(
             .as_ref()
             .is_some_and(|i| i.status != Status::Deleted);
         let retry = if finished && instance_lives {
-            skipped_steps(&current)
+            broker.engine.steps_left_behind(&current).await?
         } else {
             Vec::new()
         };

@@ -91,9 +91,11 @@ impl Query {
 /// Longest accepted instance or binding id.
 pub const MAX_ID_LEN: usize = 255;
 
-/// Checks a path id: 1 to 255 characters from RFC 3986's unreserved set.
+/// Checks a path id: 1 to 255 characters from RFC 3986's unreserved set, other than `.` and
+/// `..`, which clients normalise away as path segments (a resource under either could never be
+/// reached again).
 pub fn check_id(kind: &str, id: &str) -> Result<(), ApiError> {
-    let ok = !id.is_empty()
+    let ok = !matches!(id, "" | "." | "..")
         && id.len() <= MAX_ID_LEN
         && id
             .bytes()
@@ -102,7 +104,8 @@ pub fn check_id(kind: &str, id: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::bad_request(format!(
-            "{kind} must be 1 to {MAX_ID_LEN} characters from A-Z a-z 0-9 - . _ ~"
+            "{kind} must be 1 to {MAX_ID_LEN} characters from A-Z a-z 0-9 - . _ ~, \
+             and not `.` or `..`"
         )))
     }
 }

@@ -9,7 +9,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use brokkr_blueprint::{Phase, PlanEntry};
-use brokkr_engine::runner::skipped_steps;
 use brokkr_engine::store::Created;
 use brokkr_engine::{EvaluationError, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status};
 use brokkr_osb::messages::{
@@ -595,7 +594,7 @@ async fn deprovision(
         // A deprovision that skipped steps may be repeated: it tries those steps again.
         let finished = current.status == Status::Deleted && !current.op.in_progress();
         let retry = if finished {
-            skipped_steps(&current)
+            broker.engine.steps_left_behind(&current).await?
         } else {
             Vec::new()
         };

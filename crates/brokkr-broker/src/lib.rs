@@ -1,6 +1,7 @@
 //! brokkr's Open Service Broker API v2.17 server.
 //!
-//! [`router`] builds the axum application: platform authentication ([`auth`]), the OSB header
+//! [`router`] builds the axum application, and [`server::serve`] serves it within limits on
+//! connections: platform authentication ([`auth`]), the OSB header
 //! rules ([`headers`]), request bodies with size and content-type limits ([`body`]), and the
 //! catalog, instance and binding endpoints ([`instances`], [`bindings`]). Every decision about
 //! idempotency and concurrency — 200 for an identical repeat, 202 with the same operation while in
@@ -17,6 +18,7 @@ pub mod error;
 pub mod headers;
 pub mod instances;
 pub mod metrics;
+pub mod server;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! Prometheus metrics at `/metrics`: HTTP requests by method, route and status, and the engine's
-//! operation and step metrics.
+//! Prometheus metrics at `/metrics`: HTTP requests by method, route and status, open connections,
+//! and the engine's operation, step and orphan metrics.
 
 use std::time::Instant;
 
@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -28,6 +29,8 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram>,
+    /// Open HTTP connections (see [`crate::server`]).
+    pub(crate) connections: Gauge,
 }
 
 impl Metrics {
@@ -48,11 +51,18 @@ impl Metrics {
             "Time to answer an HTTP request",
             latency.clone(),
         );
+        let connections = Gauge::default();
+        registry.register(
+            "brokkr_http_connections",
+            "Open HTTP connections",
+            connections.clone(),
+        );
         engine.metrics().register(&mut registry);
         Self {
             registry,
             requests,
             latency,
+            connections,
         }
     }
 

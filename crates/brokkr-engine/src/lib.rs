@@ -8,7 +8,8 @@
 //!
 //! - [`model`]: resources, operations and their states;
 //! - [`store`]: the [`Store`] trait and its SQL implementation for SQLite and PostgreSQL;
-//! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines;
+//! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines, and the janitor
+//!   that retries steps a deprovision or unbind left behind;
 //! - [`step`]: step kinds written in Rust; [`http`]: the built-in `http` step kind.
 
 pub mod crypto;
@@ -20,7 +21,9 @@ pub mod step;
 pub mod store;
 
 pub use brokkr_blueprint::evaluate::EvaluationError;
-pub use model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
+pub use model::{
+    Event, Key, OpKind, OpPlan, Operation, Orphan, PreviousOperation, Resource, Status,
+};
 pub use runner::{Engine, EngineOptions};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};
 

@@ -1,4 +1,5 @@
-//! Prometheus metrics of the engine: operations by kind and outcome, steps and their durations.
+//! Prometheus metrics of the engine: operations by kind and outcome, steps and their durations,
+//! steps left behind and the janitor's attempts at them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +26,23 @@ pub struct StepLabels {
     pub step: String,
 }
 
+/// Labels of the steps deprovisions and unbinds left behind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OrphanLabels {
+    /// deprovision or unbind.
+    pub kind: String,
+    /// The step name.
+    pub step: String,
+}
+
+/// Labels of the janitor's attempts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JanitorLabels {
+    /// `resolved` (the step is done), `failed` (tried again later) or `error` (the store
+    /// failed; the attempt is repeated when its lease runs out).
+    pub result: String,
+}
+
 /// The engine's metric families. Cloning shares the underlying values.
 #[derive(Clone)]
 pub struct EngineMetrics {
@@ -36,6 +54,10 @@ pub struct EngineMetrics {
     pub step_seconds: Family<StepLabels, Histogram>,
     /// Times a step asked to be run again later.
     pub step_waits: Family<StepLabels, Counter>,
+    /// Steps left behind by deprovisions and unbinds, as the store last counted them.
+    pub orphans: Family<OrphanLabels, Gauge>,
+    /// The janitor's attempts at steps left behind, by result.
+    pub janitor_attempts: Family<JanitorLabels, Counter>,
 }
 
 impl Default for EngineMetrics {
@@ -47,6 +69,8 @@ impl Default for EngineMetrics {
                 Histogram::new(exponential_buckets(0.005, 2.0, 20))
             }),
             step_waits: Family::default(),
+            orphans: Family::default(),
+            janitor_attempts: Family::default(),
         }
     }
 }
@@ -73,6 +97,16 @@ impl EngineMetrics {
             "brokkr_step_waits",
             "Times a step asked to be run again later",
             self.step_waits.clone(),
+        );
+        registry.register(
+            "brokkr_orphans",
+            "Steps deprovisions and unbinds left behind, by kind and step",
+            self.orphans.clone(),
+        );
+        registry.register(
+            "brokkr_janitor_attempts",
+            "Attempts at steps left behind, by result",
+            self.janitor_attempts.clone(),
         );
     }
 }

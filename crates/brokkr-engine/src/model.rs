@@ -279,3 +279,66 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
+
+/// What a deprovision or unbind left behind: a step skipped because it kept failing, kept so
+/// that the janitor can run it again later (see [`crate::Engine`]), with everything the step's
+/// templates need — the resource itself may be purged, or its id reused, before it succeeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Orphan {
+    /// Its own id.
+    pub id: String,
+    /// The instance or binding the step belongs to.
+    pub key: Key,
+    /// When that resource was created (ms): tells a reused id's leftovers apart.
+    pub resource_created_at: i64,
+    /// Deprovision or unbind.
+    pub op_kind: OpKind,
+    /// The operation that last skipped the step.
+    pub op_id: String,
+    /// The skipped step, as its operation had it.
+    pub step: Step,
+    /// What the step's templates see; `None` when read for a listing.
+    pub context: Option<OrphanContext>,
+    /// When the step was first left behind (ms).
+    pub since: i64,
+    /// How many times the janitor has tried it since.
+    pub attempts: i64,
+    /// Why the step last failed (never a secret).
+    pub last_error: String,
+    /// When the janitor tries it next (ms).
+    pub next_attempt_at: i64,
+}
+
+/// What an orphaned step's templates see, copied when it was left behind (encrypted at rest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrphanContext {
+    /// The instance or binding.
+    pub resource: ResourceCopy,
+    /// For a binding: its instance.
+    pub instance: Option<ResourceCopy>,
+}
+
+/// The part of a resource that templates see.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceCopy {
+    /// The service offering.
+    pub service_id: String,
+    /// The plan.
+    pub plan_id: String,
+    /// The request attributes (`parameters`, `context`, …).
+    pub attrs: Value,
+    /// The resource's outputs (its registry).
+    pub outputs: Value,
+}
+
+impl ResourceCopy {
+    /// What `r` shows its templates.
+    pub fn of(r: &Resource) -> Self {
+        Self {
+            service_id: r.service_id.clone(),
+            plan_id: r.plan_id.clone(),
+            attrs: r.attrs.clone(),
+            outputs: r.outputs.clone(),
+        }
+    }
+}

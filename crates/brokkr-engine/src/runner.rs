@@ -29,6 +29,8 @@ use crate::now_ms;
 use crate::step::{StepContext, StepKind, StepOutcome};
 use crate::store::{Finish, Store, StoreError};
 
+mod janitor;
+
 /// Tunables of the engine; every duration can go down to milliseconds for tests.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
@@ -40,6 +42,11 @@ pub struct EngineOptions {
     pub claim_batch: i64,
     /// How long tombstones of deleted resources are kept.
     pub retention: Duration,
+    /// How long after a deprovision or unbind left a step behind the janitor first tries it
+    /// again; each failed attempt doubles the wait.
+    pub orphan_backoff: Duration,
+    /// The longest wait between two attempts at a step left behind.
+    pub orphan_backoff_max: Duration,
 }
 
 impl Default for EngineOptions {
@@ -49,6 +56,8 @@ impl Default for EngineOptions {
             poll_interval: Duration::from_secs(1),
             claim_batch: 256,
             retention: Duration::from_secs(24 * 3600),
+            orphan_backoff: Duration::from_secs(60),
+            orphan_backoff_max: Duration::from_secs(3600),
         }
     }
 }
@@ -243,6 +252,7 @@ impl Engine {
                 }
                 Err(e) => warn!(error = %e, "cannot claim due operations"),
             }
+            self.sweep_orphans().await;
             // Purge at most every minute, and often enough for short retentions.
             let purge_every = ms(inner.options.retention).clamp(1, 60_000);
             if now_ms() - last_purge >= purge_every {
@@ -318,9 +328,12 @@ impl Engine {
             }
             let started = op.step_started_at.unwrap_or(now);
             let mut outcome = self
-                .run_step(resource, op, step, started, now)
+                .run_step(resource, op, step, started, now, None)
                 .instrument(info_span!("step", step = %step.name))
                 .await?;
+            // What follows — the step's duration, its budget, the next run — counts from now
+            // that it has run.
+            let now = now_ms();
             // A deprovision or unbind step skipped because it failed is kept, so that a later
             // deprovision can try it again.
             let mut unfinished = false;
@@ -351,13 +364,15 @@ impl Engine {
             }
             match outcome {
                 Outcome::Skip(reason) => {
-                    warn!(step = %step.name, kind = op.kind.as_str(), %reason, "step skipped");
                     if unfinished {
                         let skipped = skipped_steps_mut(&mut resource.outputs, &op.id);
                         skipped.push(serde_json::to_value(step).expect("steps serialize"));
                         if !self.save_outputs(resource, &op.id).await? {
                             return Ok(()); // superseded or taken over
                         }
+                        self.leave_behind(resource, op, step, &reason).await?;
+                    } else {
+                        warn!(step = %step.name, kind = op.kind.as_str(), %reason, "step skipped");
                     }
                     self.event(
                         &op.id,
@@ -378,6 +393,11 @@ impl Engine {
                 }
                 Outcome::Done(produced) => {
                     info!(step = %step.name, kind = op.kind.as_str(), "step finished");
+                    if non_blocking(op.kind) {
+                        // Done at last, if an earlier deprovision or unbind left it behind.
+                        let (key, created) = (&resource.key, resource.created_at);
+                        inner.store.resolve_orphan(key, created, &step.name).await?;
+                    }
                     if let Some(values) = produced {
                         if !resource.outputs.is_object() {
                             resource.outputs = Value::Object(Map::new());
@@ -503,9 +523,10 @@ impl Engine {
         step: &Step,
         started: i64,
         now: i64,
+        instance: Option<&Resource>,
     ) -> Result<Outcome, StoreError> {
         let context = if step.when.is_some() || step.run.is_some() || step.target.is_some() {
-            self.template_context(r, op).await?
+            self.template_context(r, op, instance).await?
         } else {
             Value::Null
         };
@@ -711,7 +732,7 @@ impl Engine {
         if steps.is_empty() {
             return Ok(Ok(()));
         }
-        let context = self.template_context(r, &r.op).await?;
+        let context = self.template_context(r, &r.op, None).await?;
         let empty = Map::new();
         let credentials = credentials.as_object().unwrap_or(&empty);
         let mut published = Vec::new();
@@ -747,8 +768,14 @@ impl Engine {
     }
 
     /// The values templates and step kinds see for an operation on `r`. An update sees the
-    /// plan and parameters it is moving to.
-    async fn template_context(&self, r: &Resource, op: &Operation) -> Result<Value, StoreError> {
+    /// plan and parameters it is moving to. A binding sees `instance`, or else its instance as
+    /// stored.
+    async fn template_context(
+        &self,
+        r: &Resource,
+        op: &Operation,
+        instance: Option<&Resource>,
+    ) -> Result<Value, StoreError> {
         let attrs = match op.kind {
             OpKind::Update => op.request.get("attrs").unwrap_or(&r.attrs),
             _ => &r.attrs,
@@ -766,12 +793,14 @@ impl Engine {
         if r.key.binding_id.is_none() {
             return Ok(evaluator.context(&subject(&own), None));
         }
-        let instance = self
-            .inner
-            .store
-            .get(&Key::instance(&r.key.instance_id))
-            .await?;
-        let instance = instance.as_ref().unwrap_or(&own);
+        let stored = match instance {
+            Some(_) => None,
+            None => {
+                let key = Key::instance(&r.key.instance_id);
+                self.inner.store.get(&key).await?
+            }
+        };
+        let instance = instance.or(stored.as_ref()).unwrap_or(&own);
         Ok(evaluator.context(&subject(instance), Some(&subject(&own))))
     }
 
@@ -813,13 +842,14 @@ impl Engine {
                 if let Some(map) = outputs.as_object_mut().filter(|_| !current) {
                     map.remove("skipped");
                 }
-                let (description, status) = match r.op.kind {
-                    OpKind::Deprovision => ("deprovisioned", Status::Deleted),
-                    _ => ("unbound", Status::Deleted),
+                let done = match r.op.kind {
+                    OpKind::Deprovision => "deprovisioned",
+                    _ => "unbound",
                 };
+                let description = self.left_behind_description(r, done).await?;
                 Finish {
                     outputs: Some(outputs),
-                    ..ok(description, status)
+                    ..ok(&description, Status::Deleted)
                 }
             }
             OpKind::Update => Finish {
@@ -958,7 +988,7 @@ fn skipped_steps_mut<'a>(outputs: &'a mut Value, op_id: &str) -> &'a mut Vec<Val
 }
 
 /// The steps a finished deprovision or unbind of `r` skipped, to try again.
-pub fn skipped_steps(r: &Resource) -> Vec<Step> {
+fn skipped_steps(r: &Resource) -> Vec<Step> {
     r.outputs["skipped"]["steps"]
         .as_array()
         .map(|steps| {
@@ -985,12 +1015,13 @@ struct Running<'a> {
 }
 
 impl<'a> Running<'a> {
+    /// `None` when the operation already runs here. (The guard is built only after the lock
+    /// is released: one built and dropped under it would lock it again, and remove the entry of
+    /// the run that holds it.)
     fn enter(set: &'a Mutex<HashSet<(Key, String)>>, key: &Key, op_id: &str) -> Option<Self> {
         let entry = (key.clone(), op_id.to_owned());
-        set.lock()
-            .expect("lock")
-            .insert(entry.clone())
-            .then_some(Self { set, entry })
+        let inserted = set.lock().expect("lock").insert(entry.clone());
+        inserted.then(|| Self { set, entry })
     }
 }
 
@@ -1034,5 +1065,25 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_already_running_here_is_not_entered_twice() {
+        let set = Mutex::new(HashSet::new());
+        let key = Key::instance("i-1");
+        let first = Running::enter(&set, &key, "op-1").expect("entered");
+        assert!(Running::enter(&set, &key, "op-1").is_none());
+        assert_eq!(
+            set.lock().unwrap().len(),
+            1,
+            "the first run keeps its entry"
+        );
+        drop(first);
+        assert!(set.lock().unwrap().is_empty());
     }
 }

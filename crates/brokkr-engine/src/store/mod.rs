@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::crypto::Keyring;
-use crate::model::{Event, Key, Operation, Resource, Status};
+use crate::model::{Event, Key, OpKind, Operation, Orphan, Resource, Status};
 
 pub use sql::SqlStore;
 
@@ -163,8 +163,50 @@ pub trait Store: Send + Sync {
     /// Gives up `owner`'s lease on an operation so another engine may run it.
     async fn release(&self, key: &Key, op_id: &str, owner: &str) -> Result<(), StoreError>;
 
-    /// Drops every lease. Only for a store that one process uses (SQLite) when it starts.
+    /// Drops every lease (of operations and of orphans). Only for a store that one process
+    /// uses (SQLite) when it starts.
     async fn release_all(&self) -> Result<u64, StoreError>;
+
+    /// Records that `orphan.step` of its resource was left behind, encrypting its context; when
+    /// that step of that resource already is, refreshes its operation, context and last error.
+    async fn record_orphan(&self, orphan: &Orphan) -> Result<(), StoreError>;
+
+    /// Forgets the leftover `step` of the resource `key` created at `created_at`: it has been
+    /// done. Returns whether there was one.
+    async fn resolve_orphan(
+        &self,
+        key: &Key,
+        created_at: i64,
+        step: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Leases up to `limit` orphans due for an attempt, and not leased by a live owner, to
+    /// `owner` until `lease_until`; returns them with their context.
+    async fn claim_orphans(
+        &self,
+        owner: &str,
+        lease_until: i64,
+        limit: i64,
+    ) -> Result<Vec<Orphan>, StoreError>;
+
+    /// Removes orphan `id` after `owner`'s attempt at it succeeded.
+    async fn remove_orphan(&self, id: &str, owner: &str) -> Result<(), StoreError>;
+
+    /// Records `owner`'s failed attempt at orphan `id` and releases it until `next_attempt_at`.
+    async fn orphan_failed(
+        &self,
+        id: &str,
+        owner: &str,
+        error: &str,
+        next_attempt_at: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Orphans, of one resource or of all, oldest first, at most `limit`, without their
+    /// context (nothing is decrypted).
+    async fn list_orphans(&self, key: Option<&Key>, limit: i64) -> Result<Vec<Orphan>, StoreError>;
+
+    /// How many orphans there are, by operation kind and step name.
+    async fn count_orphans(&self) -> Result<Vec<(OpKind, String, i64)>, StoreError>;
 
     /// Deletes tombstones deleted before `before` (ms).
     async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError>;
@@ -190,7 +232,7 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<Resource>, StoreError>;
 
     /// Re-encrypts every stored secret with the newest key (and encrypts plaintext left from
-    /// before a key was configured). Returns how many resources changed.
+    /// before a key was configured), orphans' contexts included. Returns how many rows changed.
     async fn rekey(&self) -> Result<u64, StoreError>;
 
     /// Whether several processes may share this store (PostgreSQL) or only one (SQLite).

@@ -11,7 +11,11 @@ use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::{Keyring, is_sealed};
-use crate::model::{Event, Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
+use crate::model::{
+    Event, Key, OpKind, OpPlan, Operation, Orphan, PreviousOperation, Resource, Status,
+};
+
+mod orphans;
 
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +211,17 @@ impl SqlStore {
     /// The JSON text of a stored secret-bearing column. Plaintext is accepted, so that a store
     /// written without a key keeps working after one is configured (until `rekey`).
     fn open(&self, key: &Key, column: &str, stored: String) -> Result<String, StoreError> {
+        self.open_sealed(key, column, stored, &seal_context(key, column))
+    }
+
+    /// The plaintext of `stored`, sealed (or not) with the associated data `aad`.
+    fn open_sealed(
+        &self,
+        key: &Key,
+        column: &str,
+        stored: String,
+        aad: &str,
+    ) -> Result<String, StoreError> {
         if !is_sealed(&stored) {
             return Ok(stored);
         }
@@ -219,7 +234,7 @@ impl SqlStore {
                 "{column} is encrypted but no encryption key is configured"
             ))
         })?;
-        ring.open(&stored, &seal_context(key, column))
+        ring.open(&stored, aad)
             .map_err(|e| corrupt(format!("{column}: {e}")))
     }
 
@@ -361,7 +376,7 @@ impl Store for SqlStore {
             conn.execute("SELECT pg_advisory_lock(72616) ").await?;
         }
         let mut result = Ok(());
-        for statement in SCHEMA {
+        for statement in SCHEMA.iter().chain(orphans::SCHEMA) {
             if let Err(e) = conn.execute(*statement).await {
                 result = Err(e.into());
                 break;
@@ -644,7 +659,51 @@ impl Store for SqlStore {
         )
         .execute(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(done.rows_affected() + self.release_orphans().await?)
+    }
+
+    async fn record_orphan(&self, orphan: &Orphan) -> Result<(), StoreError> {
+        SqlStore::record_orphan(self, orphan).await
+    }
+
+    async fn resolve_orphan(
+        &self,
+        key: &Key,
+        created_at: i64,
+        step: &str,
+    ) -> Result<bool, StoreError> {
+        SqlStore::resolve_orphan(self, key, created_at, step).await
+    }
+
+    async fn claim_orphans(
+        &self,
+        owner: &str,
+        lease_until: i64,
+        limit: i64,
+    ) -> Result<Vec<Orphan>, StoreError> {
+        SqlStore::claim_orphans(self, owner, lease_until, limit).await
+    }
+
+    async fn remove_orphan(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        SqlStore::remove_orphan(self, id, owner).await
+    }
+
+    async fn orphan_failed(
+        &self,
+        id: &str,
+        owner: &str,
+        error: &str,
+        next_attempt_at: i64,
+    ) -> Result<(), StoreError> {
+        SqlStore::orphan_failed(self, id, owner, error, next_attempt_at).await
+    }
+
+    async fn list_orphans(&self, key: Option<&Key>, limit: i64) -> Result<Vec<Orphan>, StoreError> {
+        SqlStore::list_orphans(self, key, limit).await
+    }
+
+    async fn count_orphans(&self) -> Result<Vec<(OpKind, String, i64)>, StoreError> {
+        SqlStore::count_orphans(self).await
     }
 
     async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError> {
@@ -788,6 +847,7 @@ impl Store for SqlStore {
             .await?;
             changed += done.rows_affected();
         }
+        changed += self.rekey_orphans(ring).await?;
         if self.dialect == Dialect::Sqlite && changed > 0 {
             // Rewrite the file so that no page keeps a value as it was before.
             sqlx::query("VACUUM").execute(&self.pool).await?;

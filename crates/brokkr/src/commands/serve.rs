@@ -57,6 +57,18 @@ pub struct ServeArgs {
     /// PostgreSQL, how soon a dead replica's operations are taken over.
     #[arg(long, env = "BROKKR_LEASE", default_value = "30s", value_parser = crate::config::parse_duration)]
     lease: std::time::Duration,
+    /// Most HTTP connections open at once; beyond, new ones wait in the listen backlog
+    /// [default: broker.max_connections, else 1024].
+    #[arg(long, env = "BROKKR_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// How long a client may take to send a request's headers
+    /// [default: broker.header_read_timeout, else 10s].
+    #[arg(long, env = "BROKKR_HEADER_READ_TIMEOUT", value_parser = crate::config::parse_duration)]
+    header_read_timeout: Option<std::time::Duration>,
+    /// How long a connection may stay open without traffic, unless a request whose body has
+    /// arrived is being answered [default: broker.idle_timeout, else 120s].
+    #[arg(long, env = "BROKKR_IDLE_TIMEOUT", value_parser = crate::config::parse_duration)]
+    idle_timeout: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -118,12 +130,10 @@ pub async fn run(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
         auth,
         admin_auth,
     ));
+    let limits = server_limits(&args, &broker.config().broker);
     let check = Box::new(move |c: &Config| check_step_kinds(c, &available));
     crate::reload::spawn(args.config.clone(), broker.clone(), check)?;
-    axum::serve(listener, brokkr_broker::router(broker))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("server error")?;
+    brokkr_broker::server::serve(listener, broker, limits, shutdown_signal()).await;
     info!("requests drained; stopping the engine (unfinished operations resume on next start)");
     engine.shutdown().await;
     Ok(())
@@ -138,6 +148,21 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The connection limits: flags and environment first, then `broker.*`, then the defaults.
+fn server_limits(
+    args: &ServeArgs,
+    config: &brokkr_blueprint::config::BrokerConfig,
+) -> brokkr_broker::server::ServerLimits {
+    let defaults = brokkr_broker::server::ServerLimits::default();
+    brokkr_broker::server::ServerLimits {
+        max_connections: (args.max_connections.or(config.max_connections))
+            .unwrap_or(defaults.max_connections),
+        header_read_timeout: (args.header_read_timeout.or(config.header_read_timeout))
+            .unwrap_or(defaults.header_read_timeout),
+        idle_timeout: (args.idle_timeout.or(config.idle_timeout)).unwrap_or(defaults.idle_timeout),
     }
 }
 
