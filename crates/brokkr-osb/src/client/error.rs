@@ -59,6 +59,18 @@ fn humanize(d: Duration) -> String {
 }
 
 impl Error {
+    /// Whether the same request may succeed later: the broker could not be reached or did not
+    /// answer in time, or answered 5xx or 429 Too Many Requests.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Transport { .. } => true,
+            Self::Broker(e) => {
+                e.status.is_server_error() || e.status == StatusCode::TOO_MANY_REQUESTS
+            }
+            _ => false,
+        }
+    }
+
     /// The broker's status, when the broker answered.
     pub fn status(&self) -> Option<StatusCode> {
         match self {

@@ -69,6 +69,9 @@ enum OsbCommand {
         plan: PlanArgs,
         #[command(flatten)]
         request: RequestArgs,
+        /// The platform's context: JSON, or @FILE [default: {"platform":"brokkr-cli"}].
+        #[arg(long)]
+        context: Option<String>,
     },
     /// Change an instance's plan or parameters.
     Update {
@@ -174,9 +177,17 @@ pub async fn run(args: OsbArgs) -> Result<()> {
             instance_id,
             plan,
             request,
+            context,
         } => {
             let id = instance_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            provision(&broker, &id, &plan, &request, out).await
+            let context = match context {
+                Some(text) => crate::config::parameters(Some(&text))
+                    .context("--context")?
+                    .as_object()
+                    .cloned(),
+                None => json!({"platform": "brokkr-cli"}).as_object().cloned(),
+            };
+            provision(&broker, &id, &plan, &request, context, out).await
         }
         OsbCommand::Update {
             instance_id,
@@ -558,6 +569,7 @@ async fn provision(
     instance_id: &str,
     plan_args: &PlanArgs,
     args: &RequestArgs,
+    context: Option<Map<String, Value>>,
     out: Format,
 ) -> Result<()> {
     let (service, plan) = broker
@@ -569,7 +581,7 @@ async fn provision(
     let request = ProvisionRequest {
         service_id: service.id.clone(),
         plan_id: plan.id.clone(),
-        context: json!({"platform": "brokkr-cli"}).as_object().cloned(),
+        context,
         // Deprecated, yet some brokers still require them.
         organization_guid: Some("brokkr-cli".into()),
         space_guid: Some("brokkr-cli".into()),
