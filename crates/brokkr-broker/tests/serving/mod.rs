@@ -130,7 +130,10 @@ pub async fn serve(
     Served {
         base: format!("http://{addr}"),
         addr,
-        client: reqwest::Client::new(),
+        client: {
+            brokkr_osb::client::install_crypto_provider();
+            reqwest::Client::new()
+        },
         engine,
         stop,
         server,

@@ -77,6 +77,18 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// Installs ring as rustls's process-wide crypto provider unless one is installed already.
+///
+/// reqwest's rustls needs a provider, and brokkr uses ring everywhere. Building a [`Client`]
+/// calls this; a program (or test) that builds other reqwest clients calls it first, since a
+/// reqwest client built with no provider in place panics.
+pub fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another thread's install is fine: one provider is in place.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// Builds a [`Client`].
 #[derive(Debug)]
 #[must_use]
@@ -160,11 +172,7 @@ impl ClientBuilder {
                 self.url
             )));
         }
-        // reqwest's rustls needs a provider; brokkr uses ring everywhere.
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race with another thread's install is fine: one provider is in place.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
+        install_crypto_provider();
         let mut http = reqwest::Client::builder();
         if let Some(pem) = &self.ca_bundle {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
