@@ -47,16 +47,89 @@ pub struct TestBroker {
     pub osb: brokkr_osb::client::Client,
     /// For requests that are deliberately not well-formed OSB, and for the admin API.
     pub client: reqwest::Client,
-    _dir: tempfile::TempDir,
-    schema: Option<(sqlx::AnyPool, String)>,
+    store: TestStore,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for TestBroker {
     fn drop(&mut self) {
         self.server.abort();
+    }
+}
+
+/// A store (a SQLite file, or a PostgreSQL schema dropped at the end) and its encryption key.
+pub struct TestStore {
+    pub url: String,
+    pub key: String,
+    dir: tempfile::TempDir,
+    schema: Option<(sqlx::AnyPool, String)>,
+}
+
+impl TestStore {
+    pub async fn new(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, schema) = match backend {
+            Backend::Sqlite => (format!("sqlite://{}/brokkr.db", dir.path().display()), None),
+            Backend::Postgres => {
+                let admin = std::env::var("BROKKR_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+                    "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into()
+                });
+                sqlx::any::install_default_drivers();
+                let pool = sqlx::any::AnyPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin)
+                    .await
+                    .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
+                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+                let sql = format!("CREATE SCHEMA \"{name}\"");
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                let sep = if admin.contains('?') { '&' } else { '?' };
+                let url = format!("{admin}{sep}options=-c%20search_path%3D{name}");
+                (url, Some((pool, name)))
+            }
+        };
+        Self {
+            url,
+            key: brokkr_engine::crypto::Keyring::generate_key(),
+            dir,
+            schema,
+        }
+    }
+}
+
+impl TestStore {
+    /// Every byte the store holds about resources: the SQLite files, or the PostgreSQL rows.
+    pub async fn contents(&self) -> Vec<u8> {
+        match &self.schema {
+            None => {
+                let mut all = Vec::new();
+                for entry in std::fs::read_dir(self.dir.path()).unwrap() {
+                    all.extend(std::fs::read(entry.unwrap().path()).unwrap());
+                }
+                all
+            }
+            Some((pool, schema)) => {
+                let sql = format!(
+                    "SELECT COALESCE(string_agg(attrs || outputs || op_request, ''), '') AS all \
+                     FROM \"{schema}\".brokkr_resources"
+                );
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                sqlx::Row::get::<String, _>(&row, "all").into_bytes()
+            }
+        }
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
         if let Some((pool, schema)) = self.schema.take() {
-            // Best effort: drop the schema from a separate thread (Drop cannot await).
+            // Drop cannot await: drop the schema from a thread of its own.
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -92,37 +165,10 @@ pub async fn start_with_steps(
     yaml: &str,
     kinds: Vec<(&str, Arc<dyn brokkr_engine::step::StepKind>)>,
 ) -> TestBroker {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, schema) = match backend {
-        Backend::Sqlite => (format!("sqlite://{}/brokkr.db", dir.path().display()), None),
-        Backend::Postgres => {
-            let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
-                .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
-            sqlx::any::install_default_drivers();
-            let pool = sqlx::any::AnyPoolOptions::new()
-                .max_connections(1)
-                .connect(&admin)
-                .await
-                .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-            let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-            let sql = format!("CREATE SCHEMA \"{name}\"");
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .execute(&pool)
-                .await
-                .unwrap();
-            let sep = if admin.contains('?') { '&' } else { '?' };
-            (
-                format!("{admin}{sep}options=-c%20search_path%3D{name}"),
-                Some((pool, name)),
-            )
-        }
-    };
+    let test_store = TestStore::new(backend).await;
     let config = brokkr_blueprint::load::load_str("test.yaml", yaml).expect("valid test config");
-    let keyring = brokkr_engine::crypto::Keyring::from_base64([
-        brokkr_engine::crypto::Keyring::generate_key().as_str(),
-    ])
-    .unwrap();
-    let store = brokkr_engine::connect(&url, Some(keyring))
+    let keyring = brokkr_engine::crypto::Keyring::from_base64([test_store.key.as_str()]).unwrap();
+    let store = brokkr_engine::connect(&test_store.url, Some(keyring))
         .await
         .expect("store");
     let targets = brokkr_targets::Targets::from_config(&config.targets).expect("targets");
@@ -163,8 +209,7 @@ pub async fn start_with_steps(
         base,
         osb,
         client: reqwest::Client::new(),
-        _dir: dir,
-        schema,
+        store: test_store,
         server,
     }
 }
@@ -172,26 +217,7 @@ pub async fn start_with_steps(
 impl TestBroker {
     /// Every byte the store holds about resources: the SQLite files, or the PostgreSQL rows.
     pub async fn store_contents(&self) -> Vec<u8> {
-        match &self.schema {
-            None => {
-                let mut all = Vec::new();
-                for entry in std::fs::read_dir(self._dir.path()).unwrap() {
-                    all.extend(std::fs::read(entry.unwrap().path()).unwrap());
-                }
-                all
-            }
-            Some((pool, schema)) => {
-                let sql = format!(
-                    "SELECT COALESCE(string_agg(attrs || outputs || op_request, ''), '') AS all \
-                     FROM \"{schema}\".brokkr_resources"
-                );
-                let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .fetch_one(pool)
-                    .await
-                    .unwrap();
-                sqlx::Row::get::<String, _>(&row, "all").into_bytes()
-            }
-        }
+        self.store.contents().await
     }
 }
 

@@ -14,73 +14,11 @@ use brokkr_engine::step::StepKind;
 use brokkr_engine::{Engine, EngineOptions};
 use serde_json::Value;
 
-use crate::harness::{ADMIN, ADMIN_PASSWORD, Backend};
+pub use crate::harness::TestStore;
+use crate::harness::{ADMIN, ADMIN_PASSWORD};
 
 pub const USER: &str = "platform";
 pub const PASSWORD: &str = "test-password";
-
-/// A store (a SQLite file, or a PostgreSQL schema dropped at the end) and its encryption key.
-pub struct TestStore {
-    url: String,
-    key: String,
-    _dir: tempfile::TempDir,
-    schema: Option<(sqlx::AnyPool, String)>,
-}
-
-impl TestStore {
-    pub async fn new(backend: Backend) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let (url, schema) = match backend {
-            Backend::Sqlite => (format!("sqlite://{}/brokkr.db", dir.path().display()), None),
-            Backend::Postgres => {
-                let admin = std::env::var("BROKKR_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-                    "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into()
-                });
-                sqlx::any::install_default_drivers();
-                let pool = sqlx::any::AnyPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin)
-                    .await
-                    .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-                let sql = format!("CREATE SCHEMA \"{name}\"");
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(&pool)
-                    .await
-                    .unwrap();
-                let sep = if admin.contains('?') { '&' } else { '?' };
-                let url = format!("{admin}{sep}options=-c%20search_path%3D{name}");
-                (url, Some((pool, name)))
-            }
-        };
-        Self {
-            url,
-            key: brokkr_engine::crypto::Keyring::generate_key(),
-            _dir: dir,
-            schema,
-        }
-    }
-}
-
-impl Drop for TestStore {
-    fn drop(&mut self) {
-        if let Some((pool, schema)) = self.schema.take() {
-            // Drop cannot await: drop the schema from a thread of its own.
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
-                    let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await;
-                });
-            })
-            .join()
-            .ok();
-        }
-    }
-}
 
 /// A running broker.
 pub struct Served {
