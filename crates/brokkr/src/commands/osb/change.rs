@@ -128,6 +128,19 @@ async fn settle(
     Ok(())
 }
 
+/// Waits for the operation with `--wait`, then prints the outcome.
+async fn finish(
+    broker: &Broker,
+    mut outcome: Outcome<'_>,
+    plan: &Plan,
+    ids: PlanRef,
+    args: &RequestArgs,
+    out: Format,
+) -> Result<()> {
+    settle(broker, &mut outcome, plan, ids, args).await?;
+    report(&outcome, out)
+}
+
 /// Prints the outcome; a failed operation makes the command fail.
 fn report(outcome: &Outcome<'_>, out: Format) -> Result<()> {
     outcome.print(out)?;
@@ -188,19 +201,15 @@ pub(super) async fn provision(
     if let Some(url) = &answer.body.dashboard_url {
         extra.insert("dashboard_url".into(), url.clone().into());
     }
-    let mut outcome = Outcome::new(
-        Target {
-            instance_id,
-            binding_id: None,
-        },
+    let outcome = Outcome::new(
+        Target::instance(instance_id),
         "provision",
         &answer,
         answer.body.operation.clone(),
     )
     .with(extra);
     let ids = PlanRef::new(&service.id, &plan.id);
-    settle(broker, &mut outcome, plan, ids, args).await?;
-    report(&outcome, out)
+    finish(broker, outcome, plan, ids, args, out).await
 }
 
 pub(super) async fn update(
@@ -224,18 +233,14 @@ pub(super) async fn update(
         .update(instance_id, &request, true)
         .await
         .map_err(explain)?;
-    let mut outcome = Outcome::new(
-        Target {
-            instance_id,
-            binding_id: None,
-        },
+    let outcome = Outcome::new(
+        Target::instance(instance_id),
         "update",
         &answer,
         answer.body.operation.clone(),
     );
     let ids = PlanRef::new(&service.id, &plan.id);
-    settle(broker, &mut outcome, plan, ids, args).await?;
-    report(&outcome, out)
+    finish(broker, outcome, plan, ids, args, out).await
 }
 
 pub(super) async fn deprovision(
@@ -252,17 +257,13 @@ pub(super) async fn deprovision(
         .deprovision(instance_id, &ids, true)
         .await
         .map_err(explain)?;
-    let mut outcome = Outcome::new(
-        Target {
-            instance_id,
-            binding_id: None,
-        },
+    let outcome = Outcome::new(
+        Target::instance(instance_id),
         "deprovision",
         &answer,
         answer.body.operation.clone(),
     );
-    settle(broker, &mut outcome, plan, ids, args).await?;
-    report(&outcome, out)
+    finish(broker, outcome, plan, ids, args, out).await
 }
 
 pub(super) async fn bind(
@@ -287,10 +288,7 @@ pub(super) async fn bind(
         .await
         .map_err(explain)?;
     let mut outcome = Outcome::new(
-        Target {
-            instance_id,
-            binding_id: Some(binding_id),
-        },
+        Target::binding(instance_id, binding_id),
         "bind",
         &answer,
         answer.body.operation.clone(),
@@ -330,15 +328,11 @@ pub(super) async fn unbind(
         .unbind(instance_id, binding_id, &ids, true)
         .await
         .map_err(explain)?;
-    let mut outcome = Outcome::new(
-        Target {
-            instance_id,
-            binding_id: Some(binding_id),
-        },
+    let outcome = Outcome::new(
+        Target::binding(instance_id, binding_id),
         "unbind",
         &answer,
         answer.body.operation.clone(),
     );
-    settle(broker, &mut outcome, plan, ids, args).await?;
-    report(&outcome, out)
+    finish(broker, outcome, plan, ids, args, out).await
 }

@@ -412,7 +412,21 @@ struct Target<'a> {
     binding_id: Option<&'a str>,
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    fn instance(instance_id: &'a str) -> Self {
+        Self {
+            instance_id,
+            binding_id: None,
+        }
+    }
+
+    fn binding(instance_id: &'a str, binding_id: &'a str) -> Self {
+        Self {
+            instance_id,
+            binding_id: Some(binding_id),
+        }
+    }
+
     fn poll(&self) -> Poll {
         match self.binding_id {
             Some(b) => Poll::binding(self.instance_id, b),
