@@ -11,8 +11,6 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use crate::credentials;
-
 /// The expression blocks of a template leaf.
 static BLOCK: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?s)\{\{.*?\}\}|\{%.*?%\}").expect("valid regex"));
@@ -141,7 +139,7 @@ pub fn credentials_literals(tree: &Value) -> Vec<(String, String)> {
             alone.insert("type".into(), Value::String("type".into()));
         }
         alone.insert(key.clone(), value.clone());
-        if let Err(e) = credentials::validate(&alone) {
+        if let Err(e) = brokkr_servicebinding::validate(&alone) {
             problems.push((format!(".{key}"), e.to_string()));
         }
     }

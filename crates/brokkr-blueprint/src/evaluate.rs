@@ -1,11 +1,11 @@
-//! Evaluating a blueprint for one resource: the template context, registry values, resources
-//! and credentials. Pure: the engine calls it with stored resources, `brokkr render` with made-up
-//! ones.
+//! Evaluating a blueprint for one instance or binding: the template context, registry values,
+//! the resources a step renders (a resource, in this crate, is a rendered template tree) and
+//! credentials. Pure: the engine calls it with stored instances and bindings, `brokkr render` with
+//! made-up ones.
 
 use serde_json::{Map, Value, json};
 
 use crate::config::RegistryEntry;
-use crate::credentials;
 use crate::template::Renderer;
 
 /// What templates may know about an instance or a binding.
@@ -34,7 +34,7 @@ pub enum EvaluationError {
     Invalid(String),
 }
 
-/// Evaluates templates for resources: a [`Renderer`] and what templates know about targets.
+/// Evaluates a blueprint's templates: a [`Renderer`] and what templates know about targets.
 #[derive(Default)]
 pub struct Evaluator {
     /// The template engine.
@@ -132,7 +132,8 @@ impl Evaluator {
             .renderer
             .render(template, &context)
             .map_err(|e| EvaluationError::Template(e.to_string()))?;
-        credentials::finalize(rendered).map_err(|e| EvaluationError::Invalid(e.to_string()))
+        brokkr_servicebinding::finalize(rendered)
+            .map_err(|e| EvaluationError::Invalid(e.to_string()))
     }
 }
 

@@ -666,25 +666,21 @@ fn sha256(value: Value) -> Result<Value, Error> {
 
 /// Longest name `safe_name` may be asked for (MySQL user names allow 32, PostgreSQL 63).
 const MAX_SAFE_NAME_LEN: i64 = 128;
+/// Shortest: room for a readable part, `_` and the digest.
+const MIN_SAFE_NAME_LEN: i64 = 24;
+/// Characters of the digest suffix: 20 base32 characters carry 100 bits of SHA-256.
+const SAFE_NAME_DIGEST: usize = 20;
 
 /// `safe_name(text, max_len?)`: `text` as a database-safe identifier of at most `max_len`
 /// (default 63) characters: lower-case ASCII letters, digits and `_`, starting with a letter.
-/// Text that is already such a name is returned as is; any other is sanitized, shortened and
-/// suffixed with 10 hex digits of its SHA-256, so different texts give different names.
+/// Every name is a readable, sanitized and shortened form of `text` followed by `_` and 100 bits
+/// of its SHA-256 in base32, so two texts get the same name only if SHA-256 collides: tenants who
+/// choose their instance ids cannot choose another instance's names.
 fn safe_name(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    const HASH: usize = 10;
     let a = Args::bind("safe_name", &["text", "max_len"], args)?;
     let text = a.req_str(0)?;
-    let max = usize::try_from(a.int_in(1, Some(63), 16..=MAX_SAFE_NAME_LEN)?).unwrap_or(63);
-    let is_safe = |s: &str| {
-        s.len() <= max
-            && s.starts_with(|c: char| c.is_ascii_lowercase())
-            && s.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-    };
-    if is_safe(text) {
-        return Ok(Value::from(text));
-    }
+    let max = usize::try_from(a.int_in(1, Some(63), MIN_SAFE_NAME_LEN..=MAX_SAFE_NAME_LEN)?)
+        .unwrap_or(63);
     let mut readable: String = text
         .chars()
         .map(|c| match c.to_ascii_lowercase() {
@@ -695,13 +691,13 @@ fn safe_name(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     if !readable.starts_with(|c: char| c.is_ascii_lowercase()) {
         readable.insert(0, 'n');
     }
-    readable.truncate(max - HASH - 1);
+    readable.truncate(max - SAFE_NAME_DIGEST - 1);
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    let hex: String = digest.as_ref()[..HASH / 2]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok(Value::from(format!("{readable}_{hex}")))
+    let mut suffix = data_encoding::BASE32_NOPAD
+        .encode(digest.as_ref())
+        .to_ascii_lowercase();
+    suffix.truncate(SAFE_NAME_DIGEST);
+    Ok(Value::from(format!("{readable}_{suffix}")))
 }
 
 /// `upper(s)`: `s` in upper case (Unicode).
@@ -749,6 +745,47 @@ mod tests {
         assert!(err("{{ password(5, len=5) }}", json!({})).contains("got `len` twice"));
         assert!(err("{{ password(5, 'ab', 3) }}", json!({})).contains("at most 2 arguments"));
         assert!(err("{{ password() }}", json!({})).contains("`len` is required"));
+    }
+
+    // -- safe_name --------------------------------------------------------------------------
+
+    #[test]
+    fn safe_names_are_valid_and_never_shared_by_two_texts() {
+        let name = |text: &str, max: u32| {
+            ok(
+                "{{ safe_name(param('/t'), param('/m')) }}",
+                json!({"t": text, "m": max}),
+            )
+            .as_str()
+            .unwrap()
+            .to_owned()
+        };
+        let victim_id = "7b7c7c1b-0365-4361-9101-0c7cf2d2a9dc";
+        let victim = name(&format!("db_{victim_id}"), 63);
+        // A tenant that chooses its id as the victim's name without the prefix (the name is
+        // already a valid identifier) gets a name of its own.
+        let crafted = victim.strip_prefix("db_").unwrap();
+        assert_ne!(name(&format!("db_{crafted}"), 63), victim);
+        // Texts that sanitize alike stay apart.
+        let alike = ["a-b", "a_b", "A_b", "a.b", "a b"].map(|t| name(t, 63));
+        let distinct: std::collections::BTreeSet<_> = alike.iter().collect();
+        assert_eq!(distinct.len(), alike.len(), "{alike:?}");
+        for (text, max) in [
+            ("", 24),
+            ("9lives", 63),
+            (&"x".repeat(300) as &str, 32),
+            ("Ünïcode ✓", 40),
+        ] {
+            let n = name(text, max);
+            assert!(n.len() <= max as usize, "{n}");
+            assert!(n.starts_with(|c: char| c.is_ascii_lowercase()), "{n}");
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                "{n}"
+            );
+        }
+        assert!(err("{{ safe_name('a', 23) }}", json!({})).contains("24"));
     }
 
     // -- param ------------------------------------------------------------------------------

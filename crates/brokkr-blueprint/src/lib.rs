@@ -3,29 +3,34 @@
 //! A configuration is one YAML file or a directory of them. It declares the broker's own settings
 //! ([`config::BrokerConfig`]), the OSB catalog, and one [`config::Blueprint`] per plan: the ordered
 //! steps of each operation on an instance and on its bindings, and the template that becomes a
-//! binding's credentials. [`load`] reads and validates a configuration into a [`Config`] — a
-//! read-only index the broker and the engine share — and reports every problem with the file and the
-//! field it concerns.
+//! binding's credentials. [`load`] reads a configuration; its validation checks everything that
+//! can be known before a request and reports every problem as a [`ConfigError`] ([`error`]) with
+//! the file, the field and the line it concerns; a valid one becomes a [`Config`] ([`index`]) — a
+//! read-only index the broker and the engine share.
 //!
 //! This crate does no I/O beyond reading configuration files: [`template`] renders typed template
-//! trees, [`credentials`] checks credentials against the servicebinding.io well-known entries, and
-//! [`schema`] validates parameters against a plan's JSON Schemas.
+//! trees, [`evaluate`] checks rendered credentials against the servicebinding.io well-known
+//! entries (the rules of [`brokkr_servicebinding`]), and [`schema`] validates parameters against
+//! a plan's JSON Schemas.
 
 pub mod check;
 pub mod config;
-pub mod credentials;
+pub mod error;
 pub mod evaluate;
 pub mod functions;
+pub mod index;
 pub mod load;
 pub mod schema;
 pub mod span;
 pub mod template;
+mod validate;
 
 pub use config::{
     Blueprint, BrokerConfig, NamespacePolicy, Phase, PvcPolicy, RegistryEntry, Step, TargetConfig,
     TargetKind,
 };
-pub use load::{Config, ConfigError, PlanEntry};
+pub use error::{ConfigError, ConfigErrors};
+pub use index::{Config, PlanEntry};
 
 /// The built-in quickstart configuration served by `brokkr serve` when no `--config` is given.
 pub const QUICKSTART: &str = include_str!("../../../catalogs/quickstart/quickstart.yaml");

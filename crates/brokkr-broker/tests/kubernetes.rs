@@ -13,7 +13,7 @@ mod harness;
 
 use std::time::Duration;
 
-use brokkr_targets::kubernetes::fake::FakeCluster;
+use brokkr_fake_kube::FakeCluster;
 use harness::*;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use reqwest::StatusCode;

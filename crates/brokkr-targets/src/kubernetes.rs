@@ -26,7 +26,8 @@
 //! built-in rules and the checks a step declares.
 //!
 //! A binding step may publish the bind's credentials as a Secret of type
-//! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]).
+//! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]),
+//! with the entries [`brokkr_servicebinding::BindingSecret`] gives.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
+use brokkr_servicebinding::BindingSecret;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -45,12 +47,10 @@ use kube::{Client, Config};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{Readiness, Scope, Target, TargetError};
 
-#[cfg(feature = "fake")]
-pub mod fake;
 mod names;
 mod namespace;
 pub mod readiness;
@@ -356,6 +356,53 @@ impl Kubernetes {
             .map_err(|e| self.error(&format!("reading {}", at.what), e))
     }
 
+    /// Whether `name` exists and was created by brokkr for `scope` (its instance and binding
+    /// annotations say so); an object of someone else's is an error, so it is never taken over.
+    async fn check_owner(
+        &self,
+        at: &Located,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<Option<DynamicObject>, TargetError> {
+        let Some(live) = self.get(at, name).await? else {
+            return Ok(None);
+        };
+        let annotations = live.metadata.annotations.clone().unwrap_or_default();
+        let ours = annotations.get(INSTANCE).map(String::as_str) == Some(scope.instance_id)
+            && annotations.get(BINDING).map(String::as_str) == scope.binding_id;
+        if !ours {
+            return Err(self.invalid(format!(
+                "{} exists and was not created by brokkr for this {}; brokkr does not take it over",
+                at.what,
+                if scope.binding_id.is_some() {
+                    "binding"
+                } else {
+                    "instance"
+                }
+            )));
+        }
+        Ok(Some(live))
+    }
+
+    /// Deletes `name` when it is `scope`'s and answers whether it is gone; an object that is not
+    /// brokkr's for `scope` is left alone (and counts as gone).
+    async fn delete_own(
+        &self,
+        at: &Located,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<bool, TargetError> {
+        match self.check_owner(at, name, scope).await {
+            Ok(None) => Ok(true),
+            Ok(Some(_)) => self.delete_and_check(at, name).await,
+            Err(TargetError::Invalid(why)) => {
+                warn!(target = %self.name, "{why}: left in place");
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes `name` (foreground) and answers whether it is gone.
     async fn delete_and_check(&self, at: &Located, name: &str) -> Result<bool, TargetError> {
         match at.api.delete(name, &DeleteParams::foreground()).await {
@@ -476,6 +523,7 @@ impl Target for Kubernetes {
         if let (Some(ns), NamespacePolicy::PerInstance) = (&at.namespace, &self.namespace) {
             self.ensure_namespace(ns, scope).await?;
         }
+        self.check_owner(&at, r.name(), scope).await?;
         let body = self.stamp(resource, at.namespace.as_deref(), scope);
         let params = PatchParams::apply(MANAGER).force();
         at.api
@@ -494,7 +542,7 @@ impl Target for Kubernetes {
             info!(target = %self.name, claim = r.name(), "PersistentVolumeClaim retained");
             return Ok(());
         }
-        if !self.delete_and_check(&at, r.name()).await? {
+        if !self.delete_own(&at, r.name(), scope).await? {
             return Err(TargetError::Unavailable(format!(
                 "waiting for {} to be deleted",
                 at.what
@@ -675,19 +723,14 @@ impl Target for Kubernetes {
                  digits, `-` and `.`, at most 253)"
             )));
         }
-        let Some(kind) = credentials.get("type").and_then(Value::as_str) else {
-            return Err(self.invalid("the credentials have no `type` entry for the Secret's type"));
-        };
+        let secret = BindingSecret::from_credentials(credentials).map_err(|e| self.invalid(e))?;
         let ns = self.namespace(scope)?;
-        let data: Map<String, Value> = credentials
-            .iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
+        let data: Map<String, Value> = secret
+            .entries
+            .into_iter()
+            .map(|(k, text)| {
                 let encoded = base64::engine::general_purpose::STANDARD.encode(text);
-                (k.clone(), Value::String(encoded))
+                (k, Value::String(encoded))
             })
             .collect();
         let mut metadata = json!({"name": name, "namespace": ns});
@@ -697,10 +740,18 @@ impl Target for Kubernetes {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": metadata,
-            "type": format!("servicebinding.io/{kind}"),
+            "type": secret.secret_type,
             "data": data,
         });
-        let api: Api<Secret> = Api::namespaced(self.client().await?.clone(), &ns);
+        let client = self.client().await?;
+        let kind = self.kind(client, "v1", "Secret").await?;
+        let at = Located {
+            api: Api::namespaced_with(client.clone(), &ns, &kind.resource),
+            namespace: Some(ns.clone()),
+            what: format!("Secret {name}"),
+        };
+        self.check_owner(&at, name, scope).await?;
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
         api.patch(
             name,
             &PatchParams::apply(MANAGER).force(),
@@ -724,7 +775,7 @@ impl Target for Kubernetes {
             namespace: Some(ns),
             what: format!("Secret {name}"),
         };
-        match self.delete_and_check(&at, name).await? {
+        match self.delete_own(&at, name, scope).await? {
             true => Ok(()),
             false => Err(TargetError::Unavailable(format!(
                 "waiting for {} to be deleted",

@@ -17,19 +17,27 @@
 //! quote doubled) on sessions that run with `NO_BACKSLASH_ESCAPES`, so a backslash is never an
 //! escape; in `GRANT … ON db.*` the wildcards `_` and `%` are escaped so a grant names exactly
 //! one database. Deleting a user kills its connections and drops it; deleting a database kills
-//! the connections using it, drops it, and drops the users still granted on it.
+//! the connections using it, drops it, and drops the users of its bindings that are left.
+//!
+//! brokkr never takes over what it did not create. Before it creates a database or a user it
+//! claims the name for the instance (or binding) in its own table `_brokkr.owners` on the server;
+//! a name that is claimed by another, or that exists without a claim, fails the step, and
+//! deleting one that is not this instance's leaves it alone. Statements are never logged (they
+//! carry passwords).
 //!
 //! The admin user needs `CREATE`, `DROP`, `CREATE USER`, `PROCESS`, `CONNECTION ADMIN` (or
-//! `SUPER`) and the privileges it grants, `WITH GRANT OPTION`.
+//! `SUPER`), `SELECT, INSERT, DELETE` on `_brokkr` (it creates that database and table on first
+//! use) and the privileges it grants, `WITH GRANT OPTION`.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{AssertSqlSafe, Connection, Executor};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor};
+use tracing::warn;
 
 use crate::sql::{Access, classify, connect_within};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
@@ -71,9 +79,12 @@ impl Mysql {
     /// between), so a server that is down stops no one from starting and every error is the
     /// server's own.
     pub fn new(name: &str, url: &AdminUrl, timeout: Duration) -> Result<Self, TargetError> {
-        let options = MySqlConnectOptions::from_str(url.expose()).map_err(|_| {
-            TargetError::Invalid(format!("target {name}: the admin URL is not a MySQL URL"))
-        })?;
+        let options = MySqlConnectOptions::from_str(url.expose())
+            .map_err(|_| {
+                TargetError::Invalid(format!("target {name}: the admin URL is not a MySQL URL"))
+            })?
+            // Statements carry passwords: neither debug nor slow-statement logs may show them.
+            .disable_statement_logging();
         Ok(Self {
             name: name.to_owned(),
             server: url.server(),
@@ -104,11 +115,70 @@ impl Mysql {
         Ok(r)
     }
 
-    /// An admin connection whose string literals take no backslash escapes.
+    /// An admin connection whose string literals take no backslash escapes, with brokkr's
+    /// table of owners in place.
     async fn admin(&self) -> Result<MySqlConnection, sqlx::Error> {
         let mut conn = self.connect(None, None).await?;
         conn.execute(SESSION_SETUP).await?;
+        conn.execute(OWNERS_SETUP).await?;
         Ok(conn)
+    }
+
+    /// Claims `name` of `kind` for `owner`; fails when another owns it, or when it exists
+    /// without a claim (it was not created by brokkr).
+    async fn claim(
+        &self,
+        admin: &mut MySqlConnection,
+        kind: Kind,
+        name: &str,
+        owner: &Owner,
+    ) -> Result<(), TargetError> {
+        let e = |e: sqlx::Error| self.err(&e);
+        let inserted =
+            sqlx::query("INSERT IGNORE INTO _brokkr.owners (kind, name, owner) VALUES (?, ?, ?)")
+                .bind(kind.as_str())
+                .bind(name)
+                .bind(owner.to_json())
+                .execute(&mut *admin)
+                .await
+                .map_err(e)?
+                .rows_affected()
+                == 1;
+        if inserted {
+            if !kind.exists(admin, name).await.map_err(e)? {
+                return Ok(());
+            }
+            release(admin, kind, name).await.map_err(e)?;
+        } else if owned_by(admin, kind, name).await.map_err(e)?.as_ref() == Some(owner) {
+            return Ok(());
+        }
+        Err(TargetError::Invalid(format!(
+            "target {}: {} {name} exists and was not created by brokkr for {}; brokkr does not \
+             take it over",
+            self.name,
+            kind.as_str(),
+            owner.description()
+        )))
+    }
+
+    /// Whether `name` of `kind` is `owner`'s; says so in the log when it is not.
+    async fn is_own(
+        &self,
+        admin: &mut MySqlConnection,
+        kind: Kind,
+        name: &str,
+        owner: &Owner,
+    ) -> Result<bool, sqlx::Error> {
+        match owned_by(admin, kind, name).await? {
+            Some(found) if found == *owner => Ok(true),
+            found => {
+                if found.is_some() || kind.exists(admin, name).await? {
+                    warn!(target = %self.name, kind = kind.as_str(), name,
+                          "not created by brokkr for this instance: left in place");
+                }
+                Ok(false)
+            }
+        }
     }
 
     async fn apply_user(
@@ -142,20 +212,33 @@ impl Mysql {
 
     async fn delete_user(admin: &mut MySqlConnection, name: &str) -> Result<(), sqlx::Error> {
         kill(admin, "USER", name).await?;
-        exec(admin, format!("DROP USER IF EXISTS {}", account(name))).await
+        exec(admin, format!("DROP USER IF EXISTS {}", account(name))).await?;
+        release(admin, Kind::User, name).await
     }
 
-    async fn delete_database(admin: &mut MySqlConnection, name: &str) -> Result<(), sqlx::Error> {
-        kill(admin, "DB", name).await?;
-        exec(admin, format!("DROP DATABASE IF EXISTS {}", ident(name))).await?;
-        // Users of bindings that were never unbound.
-        let leftovers: Vec<String> =
-            sqlx::query_scalar("SELECT DISTINCT User FROM mysql.db WHERE Db = ? AND Host = '%'")
-                .bind(grant_pattern(name))
+    async fn delete_database(
+        &self,
+        admin: &mut MySqlConnection,
+        name: &str,
+        owner: &Owner,
+    ) -> Result<(), sqlx::Error> {
+        let own = self.is_own(admin, Kind::Database, name, owner).await?;
+        if own {
+            kill(admin, "DB", name).await?;
+            exec(admin, format!("DROP DATABASE IF EXISTS {}", ident(name))).await?;
+        }
+        // Users of this instance's bindings that were never unbound.
+        let users: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, owner FROM _brokkr.owners WHERE kind = 'user'")
                 .fetch_all(&mut *admin)
                 .await?;
-        for user in leftovers {
-            Self::delete_user(admin, &user).await?;
+        for (user, claim) in users {
+            if Owner::parse(&claim).is_some_and(|o| o.is_binding_of(owner)) {
+                Self::delete_user(admin, &user).await?;
+            }
+        }
+        if own {
+            release(admin, Kind::Database, name).await?;
         }
         Ok(())
     }
@@ -180,12 +263,14 @@ impl Mysql {
 
 #[async_trait]
 impl Target for Mysql {
-    async fn apply(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
+    async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         let resource = self.resource(resource)?;
         let mut conn = self.admin().await.map_err(|e| self.err(&e))?;
         let admin = &mut conn;
         let result = match resource {
             Resource::Database { name } => {
+                self.claim(admin, Kind::Database, &name, &Owner::instance(&name, scope))
+                    .await?;
                 exec(
                     admin,
                     format!(
@@ -200,17 +285,43 @@ impl Target for Mysql {
                 password,
                 database,
                 access,
-            } => Self::apply_user(admin, &name, &password, &database, access).await,
+            } => {
+                let instance = Owner::instance(&database, scope);
+                if owned_by(admin, Kind::Database, &database)
+                    .await
+                    .map_err(|e| self.err(&e))?
+                    != Some(instance.clone())
+                {
+                    return Err(TargetError::Invalid(format!(
+                        "target {}: database {database} is not one brokkr created for {}",
+                        self.name,
+                        instance.description()
+                    )));
+                }
+                let owner = Owner::binding(&database, scope);
+                self.claim(admin, Kind::User, &name, &owner).await?;
+                Self::apply_user(admin, &name, &password, &database, access).await
+            }
         };
         result.map_err(|e| self.err(&e))
     }
 
-    async fn delete(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
+    async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         let resource = self.resource(resource)?;
         let mut conn = self.admin().await.map_err(|e| self.err(&e))?;
+        let admin = &mut conn;
         let result = match resource {
-            Resource::Database { name } => Self::delete_database(&mut conn, &name).await,
-            Resource::User { name, .. } => Self::delete_user(&mut conn, &name).await,
+            Resource::Database { name } => {
+                self.delete_database(admin, &name, &Owner::instance(&name, scope))
+                    .await
+            }
+            Resource::User { name, database, .. } => {
+                let owner = Owner::binding(&database, scope);
+                match self.is_own(admin, Kind::User, &name, &owner).await {
+                    Ok(true) => Self::delete_user(admin, &name).await,
+                    other => other.map(drop),
+                }
+            }
         };
         result.map_err(|e| self.err(&e))
     }
@@ -249,6 +360,112 @@ impl Target for Mysql {
     }
 }
 
+/// Creates brokkr's table of the databases and users it created, and for whom.
+const OWNERS_SETUP: &str = "CREATE DATABASE IF NOT EXISTS _brokkr CHARACTER SET utf8mb4; \
+    CREATE TABLE IF NOT EXISTS _brokkr.owners (\
+      kind VARCHAR(16) NOT NULL, name VARCHAR(128) NOT NULL, owner TEXT NOT NULL, \
+      PRIMARY KEY (kind, name)) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
+
+/// What brokkr creates on a MySQL server.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Database,
+    User,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Database => "database",
+            Self::User => "user",
+        }
+    }
+
+    /// Whether `name` of this kind exists on the server.
+    async fn exists(self, admin: &mut MySqlConnection, name: &str) -> Result<bool, sqlx::Error> {
+        let sql = match self {
+            Self::Database => {
+                "SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?)"
+            }
+            Self::User => "SELECT EXISTS (SELECT 1 FROM mysql.user WHERE User = ? AND Host = '%')",
+        };
+        let found: i64 = sqlx::query_scalar(sql).bind(name).fetch_one(admin).await?;
+        Ok(found != 0)
+    }
+}
+
+/// For whom brokkr created a database (an instance) or a user (a binding of it), as kept in
+/// `_brokkr.owners` (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Owner {
+    database: String,
+    instance: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binding: Option<String>,
+}
+
+impl Owner {
+    fn instance(database: &str, scope: &Scope<'_>) -> Self {
+        Self {
+            database: database.into(),
+            instance: scope.instance_id.into(),
+            binding: None,
+        }
+    }
+
+    fn binding(database: &str, scope: &Scope<'_>) -> Self {
+        Self {
+            binding: scope.binding_id.map(str::to_owned),
+            ..Self::instance(database, scope)
+        }
+    }
+
+    fn parse(json: &str) -> Option<Self> {
+        serde_json::from_str(json).ok()
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("owners serialize")
+    }
+
+    /// Whether this is a binding's claim on the database `instance` claims.
+    fn is_binding_of(&self, instance: &Self) -> bool {
+        self.database == instance.database && self.instance == instance.instance
+    }
+
+    fn description(&self) -> String {
+        match &self.binding {
+            Some(b) => format!("binding {b:?} of instance {:?}", self.instance),
+            None => format!("instance {:?}", self.instance),
+        }
+    }
+}
+
+/// Who claimed `name` of `kind`, if anyone.
+async fn owned_by(
+    admin: &mut MySqlConnection,
+    kind: Kind,
+    name: &str,
+) -> Result<Option<Owner>, sqlx::Error> {
+    let claim: Option<String> =
+        sqlx::query_scalar("SELECT owner FROM _brokkr.owners WHERE kind = ? AND name = ?")
+            .bind(kind.as_str())
+            .bind(name)
+            .fetch_optional(admin)
+            .await?;
+    Ok(claim.as_deref().and_then(Owner::parse))
+}
+
+/// Forgets the claim on `name` of `kind`.
+async fn release(admin: &mut MySqlConnection, kind: Kind, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM _brokkr.owners WHERE kind = ? AND name = ?")
+        .bind(kind.as_str())
+        .bind(name)
+        .execute(admin)
+        .await
+        .map(drop)
+}
+
 /// Kills the connections whose processlist `column` (`USER` or `DB`) is `value`.
 async fn kill(admin: &mut MySqlConnection, column: &str, value: &str) -> Result<(), sqlx::Error> {
     let sql = match column {
@@ -278,6 +495,17 @@ async fn exec(admin: &mut MySqlConnection, statement: String) -> Result<(), sqlx
 
 fn check_database(target: &str, name: &str) -> Result<(), TargetError> {
     check_name(target, "database", name, MAX_DATABASE)?;
+    if grant_pattern(name).len() > MAX_DATABASE {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: database {name} is too long for GRANT, where each `_` and `%` \
+             counts twice (at most {MAX_DATABASE}); `safe_name(text, 40)` makes one that fits"
+        )));
+    }
+    if name.eq_ignore_ascii_case("_brokkr") {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: the database `_brokkr` holds brokkr's own records"
+        )));
+    }
     if name.ends_with(' ') || name.contains(['/', '\\', '.']) {
         return Err(TargetError::Invalid(format!(
             "target {target}: a database name cannot contain `/`, `\\` or `.`, or end with a space"

@@ -24,6 +24,15 @@
 //! ends its sessions, hands what it owns to the owner and drops it; deleting a database ends its
 //! sessions, drops it with every binding role still marked as its own, then its owner.
 //!
+//! brokkr never takes over what it did not create. Each role it creates carries, from the
+//! transaction that creates it, a comment naming the database, instance and binding it was made
+//! for ([`Marker`]); a database is the instance's when its owner role is. Applying a resource
+//! whose role or database exists without this instance's (or binding's) marker fails, and
+//! deleting one leaves it alone, so two instances that were given the same names cannot reach
+//! each other's data. Grants and role changes for one database are serialized with an advisory
+//! lock, so concurrent binds of one instance do not collide in the catalogs. Statements are never
+//! logged (they carry passwords).
+//!
 //! The admin role needs `CREATEDB`, `CREATEROLE` and membership in `pg_signal_backend` (or is a
 //! superuser).
 
@@ -31,10 +40,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{AssertSqlSafe, Connection, PgExecutor};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgExecutor};
+use tracing::warn;
 
 use crate::sql::{Access, classify, connect_within, has_code};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
@@ -75,11 +85,14 @@ impl Postgres {
     /// between), so a server that is down stops no one from starting and every error is the
     /// server's own.
     pub fn new(name: &str, url: &AdminUrl, timeout: Duration) -> Result<Self, TargetError> {
-        let options = PgConnectOptions::from_str(url.expose()).map_err(|_| {
-            TargetError::Invalid(format!(
-                "target {name}: the admin URL is not a PostgreSQL URL"
-            ))
-        })?;
+        let options = PgConnectOptions::from_str(url.expose())
+            .map_err(|_| {
+                TargetError::Invalid(format!(
+                    "target {name}: the admin URL is not a PostgreSQL URL"
+                ))
+            })?
+            // Statements carry passwords: neither debug nor slow-statement logs may show them.
+            .disable_statement_logging();
         Ok(Self {
             name: name.to_owned(),
             server: url.server(),
@@ -139,26 +152,61 @@ impl Postgres {
         connect_within(self.timeout, &options).await
     }
 
+    /// Refuses to go on with role `name` unless its comment is the `expected` marker.
+    fn require(
+        &self,
+        name: &str,
+        comment: Option<&str>,
+        expected: &Marker,
+    ) -> Result<(), TargetError> {
+        match comment.and_then(Marker::parse) {
+            Some(found) if found == *expected => Ok(()),
+            _ => Err(self.foreign("role", name, expected)),
+        }
+    }
+
     async fn apply_database(
         &self,
         name: &str,
         owner: &str,
         extensions: &[String],
         connection_limit: Option<u16>,
-    ) -> Result<(), sqlx::Error> {
-        let mut admin_conn = self.connect(&self.admin_database(), None).await?;
+        scope: &Scope<'_>,
+    ) -> Result<(), TargetError> {
+        let e = |e: sqlx::Error| self.err(&e);
+        let mut admin_conn = self
+            .connect(&self.admin_database(), None)
+            .await
+            .map_err(e)?;
         let admin = &mut admin_conn;
-        if !role_exists(&mut *admin, owner).await? {
-            ignore_code(
-                run(admin, "CREATE ROLE %I NOLOGIN", &[owner]).await,
-                "42710",
-            )?;
+        lock_database(&mut *admin, name).await.map_err(e)?;
+        let marker = Marker::owner(name, scope);
+        match role_comment(&mut *admin, owner).await.map_err(e)? {
+            None => create_role(admin, owner, "NOLOGIN", None, &marker)
+                .await
+                .map_err(e)?,
+            Some(found) => self.require(owner, found.as_deref(), &marker)?,
         }
         // Creating a database owned by a role takes membership in it.
-        run(admin, "GRANT %I TO CURRENT_USER", &[owner]).await?;
-        if !database_exists(&mut *admin, name).await? {
-            let created = run(admin, "CREATE DATABASE %I OWNER %I", &[name, owner]).await;
-            ignore_code(created, "42P04")?;
+        run(admin, "GRANT %I TO CURRENT_USER", &[owner])
+            .await
+            .map_err(e)?;
+        match database_owner(&mut *admin, name).await.map_err(e)? {
+            None => {
+                let created = run(admin, "CREATE DATABASE %I OWNER %I", &[name, owner]).await;
+                ignore_code(created, "42P04").map_err(e)?;
+                // A concurrent create may have won with another owner.
+                if database_owner(&mut *admin, name)
+                    .await
+                    .map_err(e)?
+                    .as_deref()
+                    != Some(owner)
+                {
+                    return Err(self.foreign("database", name, &marker));
+                }
+            }
+            Some(found) if found == owner => {}
+            Some(_) => return Err(self.foreign("database", name, &marker)),
         }
         let limit = connection_limit.map_or(-1, i32::from).to_string();
         run(
@@ -166,21 +214,60 @@ impl Postgres {
             "ALTER DATABASE %I CONNECTION LIMIT %s",
             &[name, &limit],
         )
-        .await?;
+        .await
+        .map_err(e)?;
         run(
             admin,
             "REVOKE CONNECT, TEMPORARY ON DATABASE %I FROM PUBLIC",
             &[name],
         )
-        .await?;
+        .await
+        .map_err(e)?;
         if !extensions.is_empty() {
-            let mut conn = self.connect(name, None).await?;
-            for e in extensions {
-                run(&mut conn, "CREATE EXTENSION IF NOT EXISTS %I", &[e]).await?;
+            let mut conn = self.connect(name, None).await.map_err(e)?;
+            for ext in extensions {
+                run(&mut conn, "CREATE EXTENSION IF NOT EXISTS %I", &[ext])
+                    .await
+                    .map_err(e)?;
             }
             conn.close().await.ok();
         }
         Ok(())
+    }
+
+    /// The error for an object of another owner.
+    fn foreign(&self, what: &str, name: &str, marker: &Marker) -> TargetError {
+        TargetError::Invalid(format!(
+            "target {}: {what} {name} exists and was not created by brokkr for {}; brokkr does \
+             not take it over",
+            self.name,
+            marker.owner_description()
+        ))
+    }
+
+    /// The owner role of `database` when brokkr created it for `scope`'s instance.
+    async fn instance_owner(
+        &self,
+        admin: &mut PgConnection,
+        database: &str,
+        scope: &Scope<'_>,
+    ) -> Result<String, TargetError> {
+        let e = |e: sqlx::Error| self.err(&e);
+        let Some(owner) = database_owner(&mut *admin, database).await.map_err(e)? else {
+            return Err(TargetError::Invalid(format!(
+                "target {}: database {database:?} does not exist",
+                self.name
+            )));
+        };
+        let comment = role_comment(&mut *admin, &owner)
+            .await
+            .map_err(e)?
+            .flatten();
+        let marker = Marker::owner(database, scope);
+        if comment.as_deref().and_then(Marker::parse) != Some(marker.clone()) {
+            return Err(self.foreign("database", database, &marker));
+        }
+        Ok(owner)
     }
 
     async fn apply_user(
@@ -189,6 +276,7 @@ impl Postgres {
         password: &str,
         database: &str,
         access: Access,
+        scope: &Scope<'_>,
     ) -> Result<(), TargetError> {
         let e = |e: sqlx::Error| self.err(&e);
         let mut admin_conn = self
@@ -196,23 +284,20 @@ impl Postgres {
             .await
             .map_err(e)?;
         let admin = &mut admin_conn;
-        let Some(owner) = database_owner(&mut *admin, database).await.map_err(e)? else {
-            return Err(TargetError::Invalid(format!(
-                "target {}: database {database:?} does not exist",
-                self.name
-            )));
-        };
-        if !role_exists(&mut *admin, name).await.map_err(e)? {
-            let created = run(admin, "CREATE ROLE %I LOGIN", &[name]).await;
-            ignore_code(created, "42710").map_err(e)?;
+        lock_database(&mut *admin, database).await.map_err(e)?;
+        let owner = self.instance_owner(admin, database, scope).await?;
+        let marker = Marker::binding(database, scope);
+        match role_comment(&mut *admin, name).await.map_err(e)? {
+            None => create_role(admin, name, "LOGIN", Some(password), &marker)
+                .await
+                .map_err(e)?,
+            Some(found) => {
+                self.require(name, found.as_deref(), &marker)?;
+                run(admin, "ALTER ROLE %I LOGIN PASSWORD %L", &[name, password])
+                    .await
+                    .map_err(e)?;
+            }
         }
-        run(admin, "ALTER ROLE %I LOGIN PASSWORD %L", &[name, password])
-            .await
-            .map_err(e)?;
-        let marker = binding_marker(database);
-        run(admin, "COMMENT ON ROLE %I IS %L", &[name, &marker])
-            .await
-            .map_err(e)?;
         // Handing over and dropping what the role owns, on unbind, takes membership in it.
         run(admin, "GRANT %I TO CURRENT_USER", &[name])
             .await
@@ -254,38 +339,82 @@ impl Postgres {
         Ok(())
     }
 
-    async fn delete_user(&self, name: &str, database: &str) -> Result<(), sqlx::Error> {
+    async fn delete_user(
+        &self,
+        name: &str,
+        database: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), sqlx::Error> {
         let mut admin_conn = self.connect(&self.admin_database(), None).await?;
         let admin = &mut admin_conn;
-        if !role_exists(&mut *admin, name).await? {
+        lock_database(&mut *admin, database).await?;
+        let Some(comment) = role_comment(&mut *admin, name).await? else {
+            return Ok(());
+        };
+        if comment.as_deref().and_then(Marker::parse) != Some(Marker::binding(database, scope)) {
+            warn!(target = %self.name, role = name, "role not created by brokkr for this binding: left in place");
             return Ok(());
         }
-        terminate(&mut *admin, "usename", name).await?;
-        if let Some(owner) = database_owner(&mut *admin, database).await? {
-            let mut conn = self.connect(database, None).await?;
-            run(&mut conn, "REASSIGN OWNED BY %I TO %I", &[name, &owner]).await?;
-            run(&mut conn, "DROP OWNED BY %I", &[name]).await?;
-            conn.close().await.ok();
-        }
-        run(admin, "DROP ROLE IF EXISTS %I", &[name]).await?;
-        Ok(())
+        self.drop_login(admin, name, database).await
     }
 
-    async fn delete_database(&self, name: &str, owner: &str) -> Result<(), sqlx::Error> {
+    /// Ends `role`'s sessions, hands what it owns in `database` to the owner and drops it.
+    async fn drop_login(
+        &self,
+        admin: &mut PgConnection,
+        role: &str,
+        database: &str,
+    ) -> Result<(), sqlx::Error> {
+        terminate(&mut *admin, "usename", role).await?;
+        if let Some(owner) = database_owner(&mut *admin, database).await? {
+            let mut conn = self.connect(database, None).await?;
+            run(&mut conn, "REASSIGN OWNED BY %I TO %I", &[role, &owner]).await?;
+            run(&mut conn, "DROP OWNED BY %I", &[role]).await?;
+            conn.close().await.ok();
+        }
+        run(admin, "DROP ROLE IF EXISTS %I", &[role]).await
+    }
+
+    async fn delete_database(
+        &self,
+        name: &str,
+        owner: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), sqlx::Error> {
         let mut admin_conn = self.connect(&self.admin_database(), None).await?;
         let admin = &mut admin_conn;
-        terminate(&mut *admin, "datname", name).await?;
-        run(admin, "DROP DATABASE IF EXISTS %I WITH (FORCE)", &[name]).await?;
-        // Roles of bindings that were never unbound.
-        let leftovers: Vec<String> = sqlx::query_scalar(
-            "SELECT rolname FROM pg_roles WHERE shobj_description(oid, 'pg_authid') = $1",
+        lock_database(&mut *admin, name).await?;
+        let marker = Marker::owner(name, scope);
+        let owner_comment = role_comment(&mut *admin, owner).await?;
+        let owned = match &owner_comment {
+            None => false,
+            Some(found) => found.as_deref().and_then(Marker::parse) == Some(marker.clone()),
+        };
+        if owner_comment.is_some() && !owned {
+            warn!(target = %self.name, role = owner, database = name,
+                  "owner role not created by brokkr for this instance: database and role left in place");
+            return Ok(());
+        }
+        if owned && database_owner(&mut *admin, name).await?.as_deref() == Some(owner) {
+            terminate(&mut *admin, "datname", name).await?;
+            run(admin, "DROP DATABASE IF EXISTS %I WITH (FORCE)", &[name]).await?;
+        }
+        // Roles of this instance's bindings that were never unbound.
+        let marked: Vec<(String, String)> = sqlx::query_as(
+            "SELECT rolname::text, shobj_description(oid, 'pg_authid') FROM pg_roles \
+             WHERE shobj_description(oid, 'pg_authid') LIKE '{\"brokkr\":%'",
         )
-        .bind(binding_marker(name))
         .fetch_all(&mut *admin)
         .await?;
-        for role in leftovers.iter().map(String::as_str).chain([owner]) {
-            terminate(&mut *admin, "usename", role).await?;
-            run(admin, "DROP ROLE IF EXISTS %I", &[role]).await?;
+        for (role, comment) in marked {
+            if Marker::parse(&comment).is_some_and(|m| m.is_binding_of(&marker)) {
+                terminate(&mut *admin, "usename", &role).await?;
+                run(admin, "DROP ROLE IF EXISTS %I", &[&role]).await?;
+            }
+        }
+        if owned {
+            terminate(&mut *admin, "usename", owner).await?;
+            run(admin, "DROP ROLE IF EXISTS %I", &[owner]).await?;
         }
         Ok(())
     }
@@ -311,30 +440,37 @@ impl Postgres {
 
 #[async_trait]
 impl Target for Postgres {
-    async fn apply(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
+    async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         match self.resource(resource)? {
             Resource::Database {
                 name,
                 owner,
                 extensions,
                 connection_limit,
-            } => self
-                .apply_database(&name, &owner, &extensions, connection_limit)
-                .await
-                .map_err(|e| self.err(&e)),
+            } => {
+                self.apply_database(&name, &owner, &extensions, connection_limit, scope)
+                    .await
+            }
             Resource::User {
                 name,
                 password,
                 database,
                 access,
-            } => self.apply_user(&name, &password, &database, access).await,
+            } => {
+                self.apply_user(&name, &password, &database, access, scope)
+                    .await
+            }
         }
     }
 
-    async fn delete(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
+    async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         let result = match self.resource(resource)? {
-            Resource::Database { name, owner, .. } => self.delete_database(&name, &owner).await,
-            Resource::User { name, database, .. } => self.delete_user(&name, &database).await,
+            Resource::Database { name, owner, .. } => {
+                self.delete_database(&name, &owner, scope).await
+            }
+            Resource::User { name, database, .. } => {
+                self.delete_user(&name, &database, scope).await
+            }
         };
         result.map_err(|e| self.err(&e))
     }
@@ -370,9 +506,109 @@ impl Target for Postgres {
     }
 }
 
-/// The comment that marks a role as a binding of `database`.
-fn binding_marker(database: &str) -> String {
-    format!("brokkr binding of database {database}")
+/// What a role brokkr created is for, kept as the role's comment (JSON): the owner role of an
+/// instance's database, or the login role of one of its bindings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Marker {
+    /// `owner` or `binding`.
+    brokkr: String,
+    database: String,
+    instance: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binding: Option<String>,
+}
+
+impl Marker {
+    fn owner(database: &str, scope: &Scope<'_>) -> Self {
+        Self {
+            brokkr: "owner".into(),
+            database: database.into(),
+            instance: scope.instance_id.into(),
+            binding: None,
+        }
+    }
+
+    fn binding(database: &str, scope: &Scope<'_>) -> Self {
+        Self {
+            brokkr: "binding".into(),
+            database: database.into(),
+            instance: scope.instance_id.into(),
+            binding: scope.binding_id.map(str::to_owned),
+        }
+    }
+
+    fn parse(comment: &str) -> Option<Self> {
+        serde_json::from_str(comment).ok()
+    }
+
+    /// Whether this marks a binding role of the instance database `owner` marks.
+    fn is_binding_of(&self, owner: &Self) -> bool {
+        self.brokkr == "binding"
+            && self.database == owner.database
+            && self.instance == owner.instance
+    }
+
+    /// Whom the object would belong to, for errors.
+    fn owner_description(&self) -> String {
+        match &self.binding {
+            Some(b) => format!("binding {b:?} of instance {:?}", self.instance),
+            None => format!("instance {:?}", self.instance),
+        }
+    }
+
+    fn to_comment(&self) -> String {
+        serde_json::to_string(self).expect("markers serialize")
+    }
+}
+
+/// Creates `role` with `options` (and `password`) and its marker in one transaction, so a role
+/// brokkr created is never seen without its marker.
+async fn create_role(
+    admin: &mut PgConnection,
+    role: &str,
+    options: &str,
+    password: Option<&str>,
+    marker: &Marker,
+) -> Result<(), sqlx::Error> {
+    let mut tx = admin.begin().await?;
+    match password {
+        Some(password) => {
+            let template = format!("CREATE ROLE %I {options} PASSWORD %L");
+            run(&mut tx, &template, &[role, password]).await?;
+        }
+        None => run(&mut tx, &format!("CREATE ROLE %I {options}"), &[role]).await?,
+    }
+    run(
+        &mut tx,
+        "COMMENT ON ROLE %I IS %L",
+        &[role, &marker.to_comment()],
+    )
+    .await?;
+    tx.commit().await
+}
+
+/// Holds, for the rest of `admin`'s session, the lock that serializes brokkr's changes to
+/// `database` and its roles (concurrent GRANTs on one database fail with "tuple concurrently
+/// updated").
+async fn lock_database(admin: &mut PgConnection, database: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('brokkr database ' || $1, 0))")
+        .bind(database)
+        .execute(admin)
+        .await
+        .map(drop)
+}
+
+/// The comment of `role`: `None` when the role does not exist, `Some(None)` when it has none.
+async fn role_comment(
+    admin: &mut PgConnection,
+    role: &str,
+) -> Result<Option<Option<String>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+    )
+    .bind(role)
+    .fetch_optional(admin)
+    .await
 }
 
 /// Runs a statement built by the server from `template` and `args` (`%I` identifiers, `%L`
@@ -397,23 +633,6 @@ fn ignore_code(result: Result<(), sqlx::Error>, code: &str) -> Result<(), sqlx::
         Err(e) if has_code(&e, code) => Ok(()),
         other => other,
     }
-}
-
-async fn role_exists<'c>(executor: impl PgExecutor<'c>, name: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)")
-        .bind(name)
-        .fetch_one(executor)
-        .await
-}
-
-async fn database_exists<'c>(
-    executor: impl PgExecutor<'c>,
-    name: &str,
-) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)")
-        .bind(name)
-        .fetch_one(executor)
-        .await
 }
 
 async fn database_owner<'c>(

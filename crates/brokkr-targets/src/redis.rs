@@ -14,20 +14,31 @@
 //! commands: ["+@read", "+@write", "-@dangerous"]   # the default
 //! ```
 //!
-//! A user is set with one `ACL SETUSER name reset on >password ~prefix:* &prefix:* resetchannels
-//! -@all <commands>`, each rule its own protocol argument. Command rules must look like `+get`,
-//! `-@admin` or `+config|get`: a rule that would grant keys, channels, passwords or `allcommands`
-//! is refused. Deleting a keyspace unlinks its keys in batches (`SCAN MATCH` + `UNLINK`) and
-//! deletes the users still confined to it; deleting a user disconnects and deletes it.
+//! A user is set with one `ACL SETUSER name reset on >password ~prefix:* resetchannels
+//! &prefix:* -@all <commands> <denied>`, each rule its own protocol argument. Command rules must
+//! look like `+get`, `-@admin` or `+config|get`: a rule that would grant keys, channels,
+//! passwords, `allcommands`, or any administrative or dangerous command (`+@admin`, `+acl`,
+//! `+config`, …) is refused. Whatever the rules, [`DENIED`] comes last: every command that sees
+//! or changes more than the user's own keys and channels (`SCAN`, `KEYS`, `RANDOMKEY`, `DBSIZE`,
+//! `PUBSUB CHANNELS`, `FLUSHALL`, `SELECT`, …) stays denied, so a binding learns nothing about
+//! another instance. Deleting a keyspace unlinks its keys in batches (`SCAN MATCH` + `UNLINK`)
+//! and deletes its bindings' users; deleting a user disconnects and deletes it.
+//!
+//! brokkr never takes over what it did not create: it claims each prefix and user name for its
+//! instance (or binding) in the hash `{brokkr}:owners` on the server (a key no prefix pattern can
+//! reach) before creating it. A name claimed by another, a user that exists without a claim, or a
+//! prefix that already has keys without a claim fails the step; deleting one that is not this
+//! instance's leaves it alone.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Client, ErrorKind, RedisError, ServerErrorKind};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Mutex;
+use tracing::warn;
 
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_secret, parse};
 
@@ -50,6 +61,76 @@ enum Resource {
         commands: Vec<String>,
     },
 }
+
+/// Rules appended to every user's, after the plan's: commands that see or change keys, channels
+/// or state beyond the user's own prefix.
+pub const DENIED: &[&str] = &[
+    "-@admin",
+    "-@dangerous",
+    "-keys",
+    "-scan",
+    "-randomkey",
+    "-dbsize",
+    "-pubsub",
+    "-select",
+    "-swapdb",
+    "-move",
+    "-copy",
+    "-flushdb",
+    "-flushall",
+    "-function",
+    "-script|flush",
+    "-script|kill",
+];
+
+/// Commands (before any `|subcommand`) and categories a plan's rules may never grant.
+const NEVER_GRANTED: &[&str] = &[
+    "@all",
+    "@admin",
+    "@dangerous",
+    "acl",
+    "config",
+    "module",
+    "debug",
+    "shutdown",
+    "monitor",
+    "client",
+    "slowlog",
+    "latency",
+    "info",
+    "keys",
+    "scan",
+    "randomkey",
+    "dbsize",
+    "pubsub",
+    "select",
+    "swapdb",
+    "move",
+    "copy",
+    "flushdb",
+    "flushall",
+    "function",
+    "script",
+    "sync",
+    "psync",
+    "replicaof",
+    "slaveof",
+    "bgsave",
+    "save",
+    "bgrewriteaof",
+    "failover",
+    "migrate",
+    "restore",
+    "sort",
+    "sort_ro",
+    "object",
+    "memory",
+    "cluster",
+];
+
+/// The hash where brokkr records whom each prefix and user belongs to. `{` is not allowed in
+/// prefixes, so no user's key pattern reaches it.
+const OWNERS: &str = "{brokkr}:owners";
 
 fn default_commands() -> Vec<String> {
     ["+@read", "+@write", "-@dangerous"]
@@ -138,6 +219,74 @@ impl Redis {
         result.map_err(|e| self.err(&e))
     }
 
+    /// Who claimed `name` of `kind`, if anyone.
+    async fn owner(&self, kind: Kind, name: &str) -> Result<Option<Owner>, TargetError> {
+        let field = kind.field(name);
+        let claim: Option<String> = self
+            .with_admin(async |c| c.hget(OWNERS, &field).await)
+            .await?;
+        Ok(claim.as_deref().and_then(Owner::parse))
+    }
+
+    /// Claims `name` of `kind` for `owner`; fails when another owns it, or when it exists
+    /// without a claim (it was not created by brokkr).
+    async fn claim(&self, kind: Kind, name: &str, owner: &Owner) -> Result<(), TargetError> {
+        let field = kind.field(name);
+        let json = owner.to_json();
+        let inserted: bool = self
+            .with_admin(async |c| c.hset_nx(OWNERS, &field, &json).await)
+            .await?;
+        if inserted {
+            let exists = self
+                .with_admin(async |c| kind.exists(c, name).await)
+                .await?;
+            if !exists {
+                return Ok(());
+            }
+            self.release(kind, name).await?;
+        } else if self.owner(kind, name).await?.as_ref() == Some(owner) {
+            return Ok(());
+        }
+        Err(TargetError::Invalid(format!(
+            "target {}: {} {name} exists and was not created by brokkr for {}; brokkr does not \
+             take it over",
+            self.name,
+            kind.as_str(),
+            owner.description()
+        )))
+    }
+
+    /// Whether `name` of `kind` is `owner`'s; says so in the log when it is not.
+    async fn is_own(&self, kind: Kind, name: &str, owner: &Owner) -> Result<bool, TargetError> {
+        match self.owner(kind, name).await? {
+            Some(found) if found == *owner => Ok(true),
+            found => {
+                let exists = self
+                    .with_admin(async |c| kind.exists(c, name).await)
+                    .await?;
+                if found.is_some() || exists {
+                    warn!(target = %self.name, kind = kind.as_str(), name,
+                          "not created by brokkr for this instance: left in place");
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Forgets the claim on `name` of `kind`.
+    async fn release(&self, kind: Kind, name: &str) -> Result<(), TargetError> {
+        let field = kind.field(name);
+        self.with_admin(async |c| c.hdel::<_, _, ()>(OWNERS, &field).await)
+            .await
+    }
+
+    /// Disconnects and deletes user `name`, and forgets its claim.
+    async fn delete_user(&self, name: &str) -> Result<(), TargetError> {
+        self.with_admin(async |c| delete_user(c, name).await)
+            .await?;
+        self.release(Kind::User, name).await
+    }
+
     fn resource(&self, resource: &Value) -> Result<Resource, TargetError> {
         let r: Resource = parse(&self.name, resource)?;
         match &r {
@@ -168,16 +317,29 @@ impl Redis {
 
 #[async_trait]
 impl Target for Redis {
-    async fn apply(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
+    async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         match self.resource(resource)? {
             // Keys come into being as the application writes them.
-            Resource::Keyspace { .. } => Ok(()),
+            Resource::Keyspace { prefix } => {
+                let owner = Owner::instance(&prefix, scope);
+                self.claim(Kind::Prefix, &prefix, &owner).await
+            }
             Resource::User {
                 name,
                 password,
                 prefix,
                 commands,
             } => {
+                let instance = Owner::instance(&prefix, scope);
+                if self.owner(Kind::Prefix, &prefix).await? != Some(instance.clone()) {
+                    return Err(TargetError::Invalid(format!(
+                        "target {}: prefix {prefix} is not one brokkr created for {}",
+                        self.name,
+                        instance.description()
+                    )));
+                }
+                self.claim(Kind::User, &name, &Owner::binding(&prefix, scope))
+                    .await?;
                 let mut cmd = redis::cmd("ACL");
                 cmd.arg("SETUSER")
                     .arg(&name)
@@ -188,7 +350,11 @@ impl Target for Redis {
                     .arg("resetchannels")
                     .arg(format!("&{prefix}:*"))
                     .arg("-@all");
-                for rule in &commands {
+                for rule in commands
+                    .iter()
+                    .map(String::as_str)
+                    .chain(DENIED.iter().copied())
+                {
                     cmd.arg(rule);
                 }
                 self.with_admin(async |c| cmd.query_async::<()>(c).await)
@@ -197,26 +363,35 @@ impl Target for Redis {
         }
     }
 
-    async fn delete(&self, resource: &Value, _: &Scope<'_>) -> Result<(), TargetError> {
+    async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         match self.resource(resource)? {
             Resource::Keyspace { prefix } => {
+                let instance = Owner::instance(&prefix, scope);
+                if !self.is_own(Kind::Prefix, &prefix, &instance).await? {
+                    return Ok(());
+                }
                 self.with_admin(async |c| unlink_prefix(c, &prefix).await)
                     .await?;
-                let users = self
-                    .with_admin(async |c| {
-                        let rules: Vec<String> =
-                            redis::cmd("ACL").arg("LIST").query_async(c).await?;
-                        Ok(confined_users(&rules, &prefix))
-                    })
-                    .await?;
-                for user in users {
-                    self.with_admin(async |c| delete_user(c, &user).await)
-                        .await?;
+                let claims: Vec<(String, String)> =
+                    self.with_admin(async |c| c.hgetall(OWNERS).await).await?;
+                for (field, claim) in claims {
+                    let Some(user) = field.strip_prefix(Kind::User.field_prefix()) else {
+                        continue;
+                    };
+                    if Owner::parse(&claim).is_some_and(|o| o.is_binding_of(&instance)) {
+                        self.delete_user(user).await?;
+                    }
+                }
+                self.release(Kind::Prefix, &prefix).await
+            }
+            Resource::User { name, prefix, .. } => {
+                if self
+                    .is_own(Kind::User, &name, &Owner::binding(&prefix, scope))
+                    .await?
+                {
+                    self.delete_user(&name).await?;
                 }
                 Ok(())
-            }
-            Resource::User { name, .. } => {
-                self.with_admin(async |c| delete_user(c, &name).await).await
             }
         }
     }
@@ -300,22 +475,119 @@ async fn delete_user(c: &mut MultiplexedConnection, name: &str) -> Result<(), Re
     Ok(())
 }
 
-/// The users of `ACL LIST` whose key pattern is exactly `~prefix:*`.
-fn confined_users(rules: &[String], prefix: &str) -> Vec<String> {
-    let pattern = format!("~{}:*", glob_escape(prefix));
-    let plain = format!("~{prefix}:*");
-    rules
-        .iter()
-        .filter_map(|line| {
-            let mut words = line.split(' ');
-            let (Some("user"), Some(name)) = (words.next(), words.next()) else {
-                return None;
-            };
-            words
-                .any(|w| w == pattern || w == plain)
-                .then(|| name.to_owned())
-        })
-        .collect()
+/// What brokkr creates on a Redis server.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Prefix,
+    User,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefix => "prefix",
+            Self::User => "user",
+        }
+    }
+
+    fn field_prefix(self) -> &'static str {
+        match self {
+            Self::Prefix => "prefix:",
+            Self::User => "user:",
+        }
+    }
+
+    /// `name`'s field in [`OWNERS`].
+    fn field(self, name: &str) -> String {
+        format!("{}{name}", self.field_prefix())
+    }
+
+    /// Whether a user called `name` exists, or keys with prefix `name` do.
+    async fn exists(self, c: &mut MultiplexedConnection, name: &str) -> Result<bool, RedisError> {
+        match self {
+            Self::User => {
+                let rules: Option<redis::Value> = redis::cmd("ACL")
+                    .arg("GETUSER")
+                    .arg(name)
+                    .query_async(c)
+                    .await?;
+                Ok(rules.is_some_and(|r| r != redis::Value::Nil))
+            }
+            Self::Prefix => has_keys(c, name).await,
+        }
+    }
+}
+
+/// For whom brokkr created a prefix (an instance) or a user (a binding of it), as kept in
+/// [`OWNERS`] (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Owner {
+    prefix: String,
+    instance: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binding: Option<String>,
+}
+
+impl Owner {
+    fn instance(prefix: &str, scope: &Scope<'_>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            instance: scope.instance_id.into(),
+            binding: None,
+        }
+    }
+
+    fn binding(prefix: &str, scope: &Scope<'_>) -> Self {
+        Self {
+            binding: scope.binding_id.map(str::to_owned),
+            ..Self::instance(prefix, scope)
+        }
+    }
+
+    fn parse(json: &str) -> Option<Self> {
+        serde_json::from_str(json).ok()
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("owners serialize")
+    }
+
+    /// Whether this is a binding's claim on the prefix `instance` claims.
+    fn is_binding_of(&self, instance: &Self) -> bool {
+        self.binding.is_some()
+            && self.prefix == instance.prefix
+            && self.instance == instance.instance
+    }
+
+    fn description(&self) -> String {
+        match &self.binding {
+            Some(b) => format!("binding {b:?} of instance {:?}", self.instance),
+            None => format!("instance {:?}", self.instance),
+        }
+    }
+}
+
+/// Whether any key starts with `prefix:`.
+async fn has_keys(c: &mut MultiplexedConnection, prefix: &str) -> Result<bool, RedisError> {
+    let pattern = format!("{}:*", glob_escape(prefix));
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(BATCH)
+            .query_async(c)
+            .await?;
+        if !keys.is_empty() {
+            return Ok(true);
+        }
+        if next == 0 {
+            return Ok(false);
+        }
+        cursor = next;
+    }
 }
 
 /// Escapes glob metacharacters (`*?[]\`) so a pattern matches the text literally.
@@ -356,15 +628,22 @@ fn check_command_rule(target: &str, rule: &str) -> Result<(), TargetError> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '|'))
         && !matches!(name, "all" if !body.starts_with('@'));
-    let grants_all = rule == "+@all";
-    if ok && !grants_all {
-        Ok(())
-    } else {
-        Err(TargetError::Invalid(format!(
-            "target {target}: {rule:?} is not a command rule like `+get`, `-@admin` or \
-             `+config|get` (`+@all` is refused)"
-        )))
+    if !ok {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: {rule:?} is not a command rule like `+get`, `-@write` or \
+             `+hget|…`"
+        )));
     }
+    // Redis reads command and category names in any case.
+    let granted = body.to_ascii_lowercase();
+    let command = granted.split('|').next().unwrap_or_default();
+    if rule.starts_with('+') && NEVER_GRANTED.contains(&command) {
+        return Err(TargetError::Invalid(format!(
+            "target {target}: {rule:?} would let a binding see or change more than its own keys; \
+             administrative, dangerous and keyspace-wide commands are never granted"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -373,7 +652,14 @@ mod tests {
 
     #[test]
     fn only_command_rules_pass() {
-        for ok in ["+@read", "-@dangerous", "+get", "+config|get", "-flushall"] {
+        for ok in [
+            "+@read",
+            "-@dangerous",
+            "+get",
+            "+hget",
+            "-flushall",
+            "-@admin",
+        ] {
             assert!(check_command_rule("r", ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -389,6 +675,20 @@ mod tests {
             "&*",
             "+get ~*",
             "resetpass",
+            "+@admin",
+            "+@ADMIN",
+            "+@dangerous",
+            "+acl",
+            "+ACL",
+            "+acl|setuser",
+            "+config|set",
+            "+config|get",
+            "+module",
+            "+debug",
+            "+keys",
+            "+scan",
+            "+pubsub|channels",
+            "+flushall",
         ] {
             assert!(check_command_rule("r", bad).is_err(), "{bad}");
         }
@@ -401,15 +701,5 @@ mod tests {
             assert!(check_word("r", "prefix", bad).is_err(), "{bad}");
         }
         assert_eq!(glob_escape(r"a*b?[c]\"), r"a\*b\?\[c\]\\");
-    }
-
-    #[test]
-    fn confined_users_are_found_by_their_key_pattern() {
-        let rules = [
-            "user default on nopass ~* &* +@all".to_owned(),
-            "user u1 on #abc ~i_a:* resetchannels &i_a:* -@all +@read".to_owned(),
-            "user u2 on #abc ~i_ab:* resetchannels &i_ab:* -@all +@read".to_owned(),
-        ];
-        assert_eq!(confined_users(&rules, "i_a"), ["u1"]);
     }
 }

@@ -18,15 +18,22 @@ pub enum Access {
 
 /// Turns a driver error into a [`TargetError`] that names the target and its server. Errors
 /// that a later attempt may not see (connection failures, timeouts, a busy or restarting
-/// server: SQLSTATE classes 08, 40, 53, 57, 58) are [`TargetError::Unavailable`].
+/// server: SQLSTATE classes 08, 40, 53, 57, 58; PostgreSQL's "tuple concurrently updated";
+/// MySQL's lock wait timeouts and deadlocks) are [`TargetError::Unavailable`].
 pub(crate) fn classify(kind: &str, target: &str, server: &str, e: &sqlx::Error) -> TargetError {
     let message = format!("{kind} target {target} ({server}): {e}");
     let transient = match e {
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            ["08", "40", "53", "57", "58"]
-                .iter()
-                .any(|c| code.starts_with(c))
-        }),
+        sqlx::Error::Database(db) => {
+            db.code().is_some_and(|code| {
+                ["08", "40", "53", "57", "58"]
+                    .iter()
+                    .any(|c| code.starts_with(c))
+            })
+                // PostgreSQL's catalog update races (concurrent GRANTs): XX000.
+                || db.message().contains("concurrently updated")
+                // MySQL and MariaDB: lock wait timeout, deadlock.
+                || matches!(db.code().as_deref(), Some("HY000") if db.message().contains("try restarting transaction"))
+        }
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)

@@ -3,7 +3,7 @@
 //! policy, read-back and binding Secrets.
 
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig, TargetKind};
-use brokkr_targets::kubernetes::fake::FakeCluster;
+use brokkr_fake_kube::FakeCluster;
 use brokkr_targets::kubernetes::{Kubernetes, instance_namespace, label_value};
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Value, json};
@@ -626,4 +626,54 @@ async fn an_https_cluster_gets_a_tls_client_and_an_unreachable_one_is_retried() 
         matches!(&e, TargetError::Unavailable(m) if m.contains("kubernetes target cluster")),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn objects_brokkr_did_not_create_are_never_taken_over_or_deleted() {
+    let fake = FakeCluster::start().await;
+    let k = in_default(&fake);
+    let context = json!({});
+    let s = scope(&context, "server");
+    // A Service someone else made, and one another instance made.
+    fake.create(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "theirs", "namespace": "default", "labels": {"app": "theirs"}},
+        "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}));
+    k.apply(
+        &service("other"),
+        &Scope {
+            instance_id: "another-instance",
+            ..s
+        },
+    )
+    .await
+    .unwrap();
+    for name in ["theirs", "other"] {
+        let e = k.apply(&service(name), &s).await.unwrap_err();
+        assert!(
+            matches!(&e, TargetError::Invalid(m) if m.contains("not created by brokkr")),
+            "{name}: {e}"
+        );
+        k.delete(&service(name), &s).await.unwrap();
+        let live = fake.get("v1", "Service", Some("default"), name).unwrap();
+        let owner = &live["metadata"]["annotations"]["brokkr.dev/instance-id"];
+        assert_ne!(owner, INSTANCE, "{name} was neither taken over nor deleted");
+    }
+    // Nor a Secret of the same name as a binding's.
+    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "app-creds", "namespace": "default"}, "data": {"k": "dg=="}}));
+    let b = Scope {
+        binding_id: Some("b-1"),
+        ..s
+    };
+    let credentials = json!({"type": "postgresql", "password": "p"});
+    let e = k
+        .publish_credentials("app-creds", credentials.as_object().unwrap(), &b)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not created by brokkr"), "{e}");
+    k.unpublish_credentials("app-creds", &b).await.unwrap();
+    let kept = fake
+        .get("v1", "Secret", Some("default"), "app-creds")
+        .unwrap();
+    assert_eq!(kept["data"]["k"], "dg==");
 }

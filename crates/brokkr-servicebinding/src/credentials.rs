@@ -1,10 +1,11 @@
-//! Binding credentials and the servicebinding.io provider contract.
+//! Credentials and the well-known entries of the servicebinding.io provider contract.
 //!
 //! Credentials are a flat map of scalar values. `type` is required and `provider` defaults to
-//! `brokkr`. The well-known entries of the Service Binding Specification for Kubernetes are checked
-//! before credentials are ever returned: `host` (a DNS name or an IP address), `port` (1–65535),
-//! `uri` (RFC 3986), `username` and `password` (strings), `certificates` (a PEM certificate chain)
-//! and `private-key` (a PEM private key). Messages name the entry, never its value.
+//! [`DEFAULT_PROVIDER`]. The well-known entries are checked before credentials are ever returned:
+//! `host` (a DNS name or an IP address), `port` (1–65535), `uri` (RFC 3986), `username` and
+//! `password` (strings), `certificates` (a PEM certificate chain) and `private-key` (a PEM private
+//! key). Every entry name must be usable as a file name (`[-._a-zA-Z0-9]+`), since a projected
+//! binding is a directory of files. Messages name the entry, never its value.
 
 use std::net::IpAddr;
 
@@ -13,6 +14,19 @@ use serde_json::{Map, Value};
 
 /// The provider written when credentials do not name one.
 pub const DEFAULT_PROVIDER: &str = "brokkr";
+
+/// The entries the specification reserves (`type`, `provider`) or gives requirements to.
+pub const WELL_KNOWN_ENTRIES: &[&str] = &[
+    "type",
+    "provider",
+    "host",
+    "port",
+    "uri",
+    "username",
+    "password",
+    "certificates",
+    "private-key",
+];
 
 /// Credentials that break the provider contract.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -149,6 +163,17 @@ mod tests {
         assert_eq!(map["provider"], "brokkr");
         check(json!({"type": "redis", "host": "10.0.0.7", "port": "6379"})).unwrap();
         check(json!({"type": "redis", "host": "::1"})).unwrap();
+    }
+
+    #[test]
+    fn every_well_known_entry_is_checked() {
+        for entry in WELL_KNOWN_ENTRIES {
+            let mut map = Map::new();
+            map.insert("type".into(), json!("x"));
+            map.insert((*entry).into(), json!(false));
+            let err = validate(&map).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{entry}`")), "{entry}: {err}");
+        }
     }
 
     #[test]

@@ -1,0 +1,232 @@
+//! The fake's state: the kinds it serves, the objects, and the history of changes watchers
+//! read, all behind one lock so that every change gets the next resourceVersion in order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+/// When every object was created and marked deleted: the fake keeps no clock.
+const CREATED: &str = "2026-01-01T00:00:00Z";
+const DELETED: &str = "2026-01-01T00:00:01Z";
+
+/// A kind the fake serves.
+#[derive(Debug, Clone)]
+pub(crate) struct KindDef {
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) kind: String,
+    pub(crate) plural: String,
+    pub(crate) namespaced: bool,
+}
+
+impl KindDef {
+    pub(crate) fn api_version(&self) -> String {
+        match self.group.as_str() {
+            "" => self.version.clone(),
+            g => format!("{g}/{}", self.version),
+        }
+    }
+}
+
+/// Where an object is stored: (group, plural, namespace or "", name).
+pub(crate) type Key = (String, String, String, String);
+
+/// One change, as watchers see it.
+#[derive(Debug)]
+pub(crate) struct Event {
+    /// The resourceVersion the change gave.
+    pub(crate) version: u64,
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub(crate) kind: &'static str,
+    pub(crate) key: Key,
+    /// The object after the change (before it, for a deletion, with the new resourceVersion).
+    pub(crate) object: Value,
+}
+
+/// Everything the fake holds.
+pub(crate) struct State {
+    pub(crate) kinds: Vec<KindDef>,
+    pub(crate) objects: BTreeMap<Key, Value>,
+    /// The last resourceVersion given.
+    pub(crate) version: u64,
+    /// Every change so far, oldest first.
+    pub(crate) history: Vec<Arc<Event>>,
+    /// Live watchers.
+    pub(crate) events: broadcast::Sender<Arc<Event>>,
+    pub(crate) requests: Vec<String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            kinds: Vec::new(),
+            objects: BTreeMap::new(),
+            version: 0,
+            history: Vec::new(),
+            events: broadcast::channel(1024).0,
+            requests: Vec::new(),
+        }
+    }
+}
+
+impl State {
+    pub(crate) fn kind_of(&self, api_version: &str, kind: &str) -> Option<KindDef> {
+        self.kinds
+            .iter()
+            .find(|k| k.api_version() == api_version && k.kind == kind)
+            .cloned()
+    }
+
+    pub(crate) fn key(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Option<Key> {
+        let def = self.kind_of(api_version, kind)?;
+        let ns = if def.namespaced {
+            ns.unwrap_or_default()
+        } else {
+            ""
+        };
+        Some((def.group, def.plural, ns.to_owned(), name.to_owned()))
+    }
+
+    pub(crate) fn namespace_exists(&self, ns: &str) -> bool {
+        let key = (
+            String::new(),
+            "namespaces".into(),
+            String::new(),
+            ns.to_owned(),
+        );
+        self.objects.contains_key(&key)
+    }
+
+    /// Stores `object` at `key` (`before` is what is stored there now) with the metadata the
+    /// server keeps, and tells watchers. An object marked deleted whose last finalizer went is
+    /// deleted instead. Returns the object as stored (or as last seen).
+    pub(crate) fn store(&mut self, key: Key, object: Value, before: Option<&Value>) -> Value {
+        let object = self.stamp(object, before);
+        let held = object["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if object["metadata"].get("deletionTimestamp").is_some() && !held {
+            self.objects.insert(key.clone(), object);
+            return self.remove(&key).unwrap_or_default();
+        }
+        self.objects.insert(key.clone(), object.clone());
+        let kind = if before.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.record(kind, key, object.clone());
+        object
+    }
+
+    /// Deletes what `key` names, or marks it deleted while it has finalizers. Returns the
+    /// object and whether it is gone.
+    pub(crate) fn delete(&mut self, key: &Key) -> Option<(Value, bool)> {
+        let before = self.objects.get(key)?.clone();
+        let held = before["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if !held {
+            return self.remove(key).map(|o| (o, true));
+        }
+        if before["metadata"].get("deletionTimestamp").is_some() {
+            return Some((before, false));
+        }
+        let mut marked = before.clone();
+        marked["metadata"]["deletionTimestamp"] = json!(DELETED);
+        Some((self.store(key.clone(), marked, Some(&before)), false))
+    }
+
+    /// Removes an object (a namespace with everything in it) and tells watchers.
+    fn remove(&mut self, key: &Key) -> Option<Value> {
+        let mut removed = self.objects.remove(key)?;
+        if key.1 == "namespaces" && key.0.is_empty() {
+            let inside: Vec<Key> = self
+                .objects
+                .keys()
+                .filter(|k| k.2 == key.3)
+                .cloned()
+                .collect();
+            for k in inside {
+                self.remove(&k);
+            }
+        }
+        self.version += 1;
+        removed["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        self.record("DELETED", key.clone(), removed.clone());
+        Some(removed)
+    }
+
+    fn record(&mut self, kind: &'static str, key: Key, object: Value) {
+        let event = Arc::new(Event {
+            version: self.version,
+            kind,
+            key,
+            object,
+        });
+        self.history.push(event.clone());
+        // No receiver is fine: nobody watches.
+        let _ = self.events.send(event);
+    }
+
+    /// Adds the metadata the server keeps: a new resourceVersion; uid, creationTimestamp
+    /// and deletionTimestamp kept from `before` (set on creation); generation bumped when
+    /// anything but metadata and status changes. A Secret's stringData is written into its data.
+    fn stamp(&mut self, mut object: Value, before: Option<&Value>) -> Value {
+        self.version += 1;
+        if object["kind"] == "Secret"
+            && let Some(Value::Object(strings)) =
+                object.as_object_mut().and_then(|o| o.remove("stringData"))
+        {
+            for (k, v) in strings {
+                let text = v.as_str().unwrap_or_default();
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                object["data"][k] = Value::String(encoded);
+            }
+        }
+        let generation = match before {
+            None => 1,
+            Some(b) => {
+                let g = b["metadata"]["generation"].as_i64().unwrap_or(1);
+                if content(b) == content(&object) {
+                    g
+                } else {
+                    g + 1
+                }
+            }
+        };
+        let version = self.version.to_string();
+        let meta = &mut object["metadata"];
+        meta["resourceVersion"] = json!(version);
+        meta["generation"] = json!(generation);
+        for field in ["uid", "creationTimestamp", "deletionTimestamp"] {
+            if let Some(kept) = before.and_then(|b| b["metadata"].get(field)) {
+                meta[field] = kept.clone();
+            }
+        }
+        if meta.get("uid").is_none() {
+            meta["uid"] = json!(format!("uid-{version}"));
+        }
+        if meta.get("creationTimestamp").is_none() {
+            meta["creationTimestamp"] = json!(CREATED);
+        }
+        object
+    }
+}
+
+/// An object without `metadata` and `status`: what its generation describes.
+fn content(object: &Value) -> Map<String, Value> {
+    let mut map = object.as_object().cloned().unwrap_or_default();
+    map.remove("metadata");
+    map.remove("status");
+    map
+}
