@@ -3,6 +3,61 @@
 //! Service Catalog's v1beta1 field names), reconciled by calling any OSB broker with
 //! [`brokkr_osb::client`]. This crate never depends on brokkr's broker side.
 //!
-//! - [`resources`]: the custom resource types and their CustomResourceDefinitions.
+//! - [`resources`]: the custom resource types and their CustomResourceDefinitions;
+//! - [`broker`]: ClusterServiceBroker and ServiceBroker, their catalogs listed into classes and
+//!   plans;
+//! - [`run`]: every controller, until a shutdown signal;
+//! - [`lease`]: leader election on a Lease, so that two replicas can run;
+//! - [`metrics`]: what they count.
 
+pub mod broker;
+mod conditions;
+pub mod lease;
+pub mod metrics;
+mod names;
 pub mod resources;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::{FutureExt as _, StreamExt as _};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client};
+
+use broker::BrokerKind;
+use metrics::Metrics;
+use resources::{ClusterServiceBroker, ServiceBroker};
+
+/// Runs every controller against `client` until `shutdown` completes; reconciles in progress
+/// then finish.
+pub async fn run(
+    client: Client,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let ctx = Arc::new(broker::Context {
+        client: client.clone(),
+        metrics,
+    });
+    let shutdown = shutdown.boxed().shared();
+    futures::join!(
+        broker_controller::<ClusterServiceBroker>(&client, ctx.clone(), shutdown.clone()),
+        broker_controller::<ServiceBroker>(&client, ctx, shutdown),
+    );
+}
+
+async fn broker_controller<B: BrokerKind>(
+    client: &Client,
+    ctx: Arc<broker::Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    Controller::new(Api::<B>::all(client.clone()), watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(broker::reconcile::<B>, broker::error_policy::<B>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "broker controller");
+            }
+        })
+        .await;
+}
