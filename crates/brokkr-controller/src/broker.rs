@@ -21,8 +21,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::Context;
 use crate::conditions;
-use crate::metrics::Metrics;
 use crate::names::object_name;
 use crate::resources::{
     BrokerAuthInfo, ClusterServiceBroker, ClusterServiceClass, ClusterServiceClassSpec,
@@ -41,7 +41,8 @@ pub const FIELD_MANAGER: &str = "brokkr-controller";
 /// How long to wait before trying a broker again after a failure.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
 
-/// Why a broker could not be reconciled. Messages name Secrets, never their values.
+/// Why a broker or an instance could not be reconciled. Messages name Secrets, never their
+/// values.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The Kubernetes API refused or failed a request.
@@ -68,14 +69,6 @@ impl Error {
             Self::Catalog(_) => "ErrorListingCatalog",
         }
     }
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    /// The Kubernetes client.
-    pub client: Client,
-    /// Where reconciles and OSB calls are counted.
-    pub metrics: Metrics,
 }
 
 /// What differs between a ClusterServiceBroker and a ServiceBroker: where their Secrets, classes
@@ -360,7 +353,10 @@ pub fn error_policy<B: BrokerKind>(_: Arc<B>, _: &Error, _: Arc<Context>) -> Act
 }
 
 /// A client for the broker, with the credentials of its Secret.
-async fn osb_client<B: BrokerKind>(broker: &B, client: &Client) -> Result<OsbClient, Error> {
+pub(crate) async fn osb_client<B: BrokerKind>(
+    broker: &B,
+    client: &Client,
+) -> Result<OsbClient, Error> {
     let common = broker.common();
     let mut builder = OsbClient::builder(&common.url)
         .insecure_skip_tls_verify(common.insecure_skip_tls_verify)

@@ -102,7 +102,12 @@ async fn a_cluster_broker_lists_its_catalog_and_marks_what_it_drops() {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controllers = tokio::spawn(brokkr_controller::run(client.clone(), metrics, async {
+    let ctx = brokkr_controller::Context {
+        client: client.clone(),
+        metrics,
+        cluster_id: None,
+    };
+    let controllers = tokio::spawn(brokkr_controller::run(ctx, async {
         let _ = stopped.await;
     }));
 
@@ -278,11 +283,12 @@ async fn a_namespaced_broker_lists_into_its_namespace_with_a_bearer_token() {
     fake.create(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "team-broker-token", "namespace": "team-a"}, "data": {"token": "dDBrZW4="}}));
     let client = fake.client();
-    let controllers = tokio::spawn(brokkr_controller::run(
-        client.clone(),
-        Metrics::default(),
-        futures::future::pending(),
-    ));
+    let ctx = brokkr_controller::Context {
+        client: client.clone(),
+        metrics: Metrics::default(),
+        cluster_id: None,
+    };
+    let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
     let brokers: Api<ServiceBroker> = Api::namespaced(client.clone(), "team-a");
     let manifest: ServiceBroker = serde_json::from_value(json!({
         "apiVersion": API, "kind": "ServiceBroker", "metadata": {"name": "team-broker", "namespace": "team-a"},
