@@ -23,12 +23,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::{FutureExt as _, StreamExt as _};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client};
 
 use broker::BrokerKind;
 use metrics::Metrics;
-use resources::{ClusterServiceBroker, ServiceBroker, ServiceInstance};
+use resources::{ClusterServiceBroker, ServiceBinding, ServiceBroker, ServiceInstance};
 
 /// What every reconcile shares.
 pub struct Context {
@@ -48,6 +49,15 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
     let instances = Controller::new(
         Api::<ServiceInstance>::all(client.clone()),
         watcher::Config::default(),
+    )
+    // A ServiceBinding that comes or goes may unblock its instance's deletion.
+    .watches(
+        Api::<ServiceBinding>::all(client.clone()),
+        watcher::Config::default(),
+        |binding| {
+            let ns = binding.metadata.namespace.clone()?;
+            Some(ObjectRef::new(&binding.spec.instance_ref.name).within(&ns))
+        },
     )
     .graceful_shutdown_on(shutdown.clone())
     .run(instance::reconcile, instance::error_policy, ctx.clone())

@@ -9,8 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brokkr_osb::client::{Client as OsbClient, Error as OsbError, PlanRef, Poll, Response};
-use brokkr_osb::headers::OriginatingIdentity;
+use brokkr_osb::client::{Error as OsbError, Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState, ProvisionRequest};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -19,49 +18,26 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value, json};
 
+mod resolve;
+
+use resolve::{Resolved, resolve};
+
 use crate::Context;
-use crate::broker::{Error, osb_client};
+use crate::broker::Error;
 use crate::conditions;
 use crate::resources::{
-    ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, CommonServiceClassSpec,
-    CommonServicePlanSpec, ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding,
-    ServiceBroker, ServiceClass, ServiceInstance, ServiceInstanceOperation,
-    ServiceInstancePropertiesState, ServiceInstanceStatus, ServicePlan,
+    ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,
+    ServiceInstanceOperation, ServiceInstancePropertiesState, ServiceInstanceStatus,
 };
 
 /// The finalizer that keeps a ServiceInstance until the broker has deprovisioned it.
 pub const FINALIZER: &str = "services.brokkr.dev/service-instance";
 /// How long an instance waits for its class and plan to appear in a catalog.
 const CATALOG_WAIT: Duration = Duration::from_secs(60 * 60);
-/// How long to poll an operation when the plan does not say (OSB's recommendation).
-const DEFAULT_MAX_POLLING: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// The longest pause between polls.
 const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
 /// How often to look again at something only a person can change.
 const RECHECK: Duration = Duration::from_secs(10);
-
-/// The plan an instance names, found in a catalog, and the broker that offers it.
-struct Resolved {
-    osb: OsbClient,
-    class: CommonServiceClassSpec,
-    plan: CommonServicePlanSpec,
-    /// `ClusterServiceClass/<name>` or `ServiceClass/<name>`, for `kubectl get`.
-    class_display: String,
-    plan_display: String,
-    cluster: bool,
-}
-
-impl Resolved {
-    fn plan_ref(&self) -> PlanRef {
-        PlanRef::new(&self.class.external_id, &self.plan.external_id)
-    }
-
-    fn max_polling(&self) -> Duration {
-        self.plan
-            .maximum_polling_duration
-            .map_or(DEFAULT_MAX_POLLING, Duration::from_secs)
-    }
-}
 
 /// Reconciles one ServiceInstance.
 pub async fn reconcile(instance: Arc<ServiceInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -138,219 +114,6 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     );
     write_status(instance, ctx, &status).await?;
     Ok(Action::await_change())
-}
-
-/// How the spec names a class or a plan: by catalog name, catalog id or resource name.
-struct Named {
-    external_name: Option<String>,
-    external_id: Option<String>,
-    name: Option<String>,
-}
-
-impl Named {
-    fn new(
-        external_name: &Option<String>,
-        external_id: &Option<String>,
-        name: &Option<String>,
-    ) -> Self {
-        Self {
-            external_name: external_name.clone(),
-            external_id: external_id.clone(),
-            name: name.clone(),
-        }
-    }
-
-    fn matches(&self, name: &str, external_name: &str, external_id: &str) -> bool {
-        self.external_name.as_deref() == Some(external_name)
-            || self.external_id.as_deref() == Some(external_id)
-            || self.name.as_deref() == Some(name)
-    }
-
-    /// What it names, for messages.
-    fn wanted(&self) -> Option<&str> {
-        self.external_name
-            .as_deref()
-            .or(self.external_id.as_deref())
-            .or(self.name.as_deref())
-    }
-}
-
-/// A class resource of either scope.
-struct ClassEntry {
-    name: String,
-    broker: String,
-    spec: CommonServiceClassSpec,
-    removed: bool,
-}
-
-/// A plan resource of either scope.
-struct PlanEntry {
-    name: String,
-    class: String,
-    spec: CommonServicePlanSpec,
-}
-
-/// The classes and plans of the instance's scope.
-async fn catalog(
-    ctx: &Context,
-    cluster: bool,
-    ns: &str,
-) -> Result<(Vec<ClassEntry>, Vec<PlanEntry>), Error> {
-    let params = kube::api::ListParams::default();
-    let removed = |s: Option<bool>| s.unwrap_or(false);
-    Ok(if cluster {
-        let classes = Api::<ClusterServiceClass>::all(ctx.client.clone())
-            .list(&params)
-            .await?;
-        let plans = Api::<ClusterServicePlan>::all(ctx.client.clone())
-            .list(&params)
-            .await?;
-        (
-            classes
-                .into_iter()
-                .map(|c| ClassEntry {
-                    name: c.name_any(),
-                    removed: removed(c.status.map(|s| s.removed_from_broker_catalog)),
-                    broker: c.spec.cluster_service_broker_name,
-                    spec: c.spec.common,
-                })
-                .collect(),
-            plans
-                .into_iter()
-                .map(|p| PlanEntry {
-                    name: p.name_any(),
-                    class: p.spec.cluster_service_class_ref.name,
-                    spec: p.spec.common,
-                })
-                .collect(),
-        )
-    } else {
-        let classes = Api::<ServiceClass>::namespaced(ctx.client.clone(), ns)
-            .list(&params)
-            .await?;
-        let plans = Api::<ServicePlan>::namespaced(ctx.client.clone(), ns)
-            .list(&params)
-            .await?;
-        (
-            classes
-                .into_iter()
-                .map(|c| ClassEntry {
-                    name: c.name_any(),
-                    removed: removed(c.status.map(|s| s.removed_from_broker_catalog)),
-                    broker: c.spec.service_broker_name,
-                    spec: c.spec.common,
-                })
-                .collect(),
-            plans
-                .into_iter()
-                .map(|p| PlanEntry {
-                    name: p.name_any(),
-                    class: p.spec.service_class_ref.name,
-                    spec: p.spec.common,
-                })
-                .collect(),
-        )
-    })
-}
-
-/// Finds the class and plan the spec names, and a client of their broker. `Ok(Err(message))`
-/// when the catalog does not (yet) have them.
-async fn resolve(
-    instance: &ServiceInstance,
-    ctx: &Context,
-) -> Result<Result<Resolved, String>, Error> {
-    let spec = &instance.spec;
-    let ns = instance.namespace().unwrap_or_default();
-    let cluster = spec.cluster_service_class_external_name.is_some()
-        || spec.cluster_service_class_external_id.is_some()
-        || spec.cluster_service_class_name.is_some();
-    let (class_by, plan_by) = if cluster {
-        (
-            Named::new(
-                &spec.cluster_service_class_external_name,
-                &spec.cluster_service_class_external_id,
-                &spec.cluster_service_class_name,
-            ),
-            Named::new(
-                &spec.cluster_service_plan_external_name,
-                &spec.cluster_service_plan_external_id,
-                &spec.cluster_service_plan_name,
-            ),
-        )
-    } else {
-        (
-            Named::new(
-                &spec.service_class_external_name,
-                &spec.service_class_external_id,
-                &spec.service_class_name,
-            ),
-            Named::new(
-                &spec.service_plan_external_name,
-                &spec.service_plan_external_id,
-                &spec.service_plan_name,
-            ),
-        )
-    };
-    let (Some(class_wanted), Some(plan_wanted)) = (class_by.wanted(), plan_by.wanted()) else {
-        return Ok(Err("the spec names no class or no plan".into()));
-    };
-    let (class_kind, plan_kind) = if cluster {
-        ("ClusterServiceClass", "ClusterServicePlan")
-    } else {
-        ("ServiceClass", "ServicePlan")
-    };
-    let (classes, plans) = catalog(ctx, cluster, &ns).await?;
-    let provisioned = instance
-        .status
-        .as_ref()
-        .is_some_and(|s| s.provision_status == Some(ProvisionStatus::Provisioned));
-    let Some(class) = classes
-        .into_iter()
-        .find(|c| class_by.matches(&c.name, &c.spec.external_name, &c.spec.external_id))
-    else {
-        return Ok(Err(format!(
-            "no {class_kind} {class_wanted:?} in any broker's catalog"
-        )));
-    };
-    if class.removed && !provisioned {
-        return Ok(Err(format!(
-            "the {class_kind} {} was removed from its broker's catalog",
-            class.name
-        )));
-    }
-    let Some(plan) = plans.into_iter().find(|p| {
-        p.class == class.name
-            && plan_by.matches(&p.name, &p.spec.external_name, &p.spec.external_id)
-    }) else {
-        return Ok(Err(format!(
-            "no {plan_kind} {plan_wanted:?} of the {class_kind} {:?}",
-            class.spec.external_name
-        )));
-    };
-    let osb = if cluster {
-        let broker = Api::<ClusterServiceBroker>::all(ctx.client.clone())
-            .get(&class.broker)
-            .await?;
-        osb_client(&broker, &ctx.client).await?
-    } else {
-        let broker = Api::<ServiceBroker>::namespaced(ctx.client.clone(), &ns)
-            .get(&class.broker)
-            .await?;
-        osb_client(&broker, &ctx.client).await?
-    };
-    let user = spec
-        .user_info
-        .as_ref()
-        .map_or_else(|| json!({}), |u| json!(u));
-    let osb = osb.with_originating_identity(&OriginatingIdentity::new("kubernetes", user))?;
-    Ok(Ok(Resolved {
-        osb,
-        class_display: format!("{class_kind}/{}", class.spec.external_name),
-        plan_display: format!("{plan_kind}/{}", plan.spec.external_name),
-        class: class.spec,
-        plan: plan.spec,
-        cluster,
-    }))
 }
 
 /// The class or plan is not in a catalog: wait, up to an hour after the instance was created.
@@ -812,12 +575,16 @@ fn set(
     }
 }
 
-/// Writes the status; fields of an operation that ended are cleared.
+/// Writes the status if it changed (a write wakes the controller again); fields of an operation
+/// that ended are cleared.
 async fn write_status(
     instance: &ServiceInstance,
     ctx: &Context,
     status: &ServiceInstanceStatus,
 ) -> Result<(), Error> {
+    if instance.status.as_ref() == Some(status) {
+        return Ok(());
+    }
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Some(fields) = value.as_object_mut() {
         for cleared in [
