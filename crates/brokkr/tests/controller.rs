@@ -296,6 +296,14 @@ async fn instances_are_provisioned_and_deprovisioned(fake: &FakeCluster, broker_
     );
     let waiting = condition(fake, "later", "Ready", "ReferencesNonexistentServicePlan").await;
     assert_eq!(waiting["status"], "False");
+    let later = fake
+        .get(API, "ServiceInstance", Some("default"), "later")
+        .unwrap();
+    let conditions = later["status"]["conditions"].as_array().unwrap();
+    assert!(
+        !conditions.iter().any(|c| c["type"] == "Failed"),
+        "it waits: {later:#}"
+    );
     assert!(
         waiting["message"].as_str().unwrap().contains("\"nope\""),
         "{waiting:#}"

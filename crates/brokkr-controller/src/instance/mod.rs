@@ -116,7 +116,9 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     Ok(Action::await_change())
 }
 
-/// The class or plan is not in a catalog: wait, up to an hour after the instance was created.
+/// The class or plan is not in a catalog: wait, up to an hour after the controller first found
+/// it missing (the `Ready=False` condition's transition time; not the creation time, so that an
+/// instance created while the controller was down still gets its hour).
 async fn wait_for_catalog(
     instance: &ServiceInstance,
     ctx: &Context,
@@ -124,13 +126,14 @@ async fn wait_for_catalog(
     missing: String,
 ) -> Result<Action, Error> {
     status.observed_generation = instance.metadata.generation.unwrap_or_default();
-    let created = instance
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or_else(Timestamp::now, |t| t.0);
-    let waited = Timestamp::now().duration_since(created);
     let reason = "ReferencesNonexistentServicePlan";
+    let since = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::False && c.reason == reason)
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or_else(Timestamp::now, |t| t.0);
+    let waited = Timestamp::now().duration_since(since);
     if waited > k8s_openapi::jiff::SignedDuration::try_from(CATALOG_WAIT).unwrap_or_default() {
         set(
             &mut status,
