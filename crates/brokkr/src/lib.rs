@@ -22,7 +22,8 @@
 //!
 //! Commands: `serve` runs the broker; `check`, `catalog` and `render` inspect a configuration;
 //! `osb` calls any OSB broker as a platform does; `bench` drives OSB load; `store` maintains the
-//! store. examples/custom-step is a complete example.
+//! store; `crds` prints the Kubernetes controllers' CustomResourceDefinitions and `controller`
+//! runs the controllers. examples/custom-step is a complete example.
 
 mod commands;
 mod config;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, catalog, check, osb, render, serve, store};
+use commands::{bench, catalog, check, controller, crds, osb, render, serve, store};
 
 pub use brokkr_engine::step;
 use brokkr_engine::step::StepKind;
@@ -87,6 +88,11 @@ enum Command {
     Catalog(catalog::CatalogArgs),
     /// Call any OSB broker as a platform does: catalog, provision, bind, … (`--wait` to poll).
     Osb(osb::OsbArgs),
+    /// Print the CustomResourceDefinitions of brokkr's Kubernetes controllers.
+    Crds(crds::CrdsArgs),
+    /// Run the Kubernetes controllers (brokers, their catalogs, service instances) against the
+    /// cluster that KUBECONFIG or the in-cluster configuration names.
+    Controller(controller::ControllerArgs),
 }
 
 /// Runs the `brokkr` command with the built-in step kinds only.
@@ -114,6 +120,8 @@ pub fn main_with(kinds: StepKinds) -> ExitCode {
             Command::Store(command) => store::run(command).await,
             Command::Catalog(args) => catalog::run(args).await,
             Command::Osb(args) => osb::run(args).await,
+            Command::Crds(args) => crds::run(args).await,
+            Command::Controller(args) => controller::run(args).await,
         }
     });
     match result {

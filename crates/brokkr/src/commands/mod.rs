@@ -3,6 +3,8 @@
 pub mod bench;
 pub mod catalog;
 pub mod check;
+pub mod controller;
+pub mod crds;
 pub mod osb;
 pub mod render;
 pub mod seed;

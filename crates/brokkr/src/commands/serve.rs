@@ -72,7 +72,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -139,7 +139,7 @@ pub async fn run(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
     Ok(())
 }
 
-fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -192,7 +192,7 @@ fn check_step_kinds(config: &Config, available: &[String]) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,0 +1,530 @@
+//! The broker controller: a ClusterServiceBroker or ServiceBroker is reconciled by fetching its
+//! catalog and writing one class per service offering and one plan per plan, named by their
+//! catalog ids and owned by the broker. Entries the catalog no longer lists are marked
+//! `status.removedFromBrokerCatalog: true`, never deleted, so instances that use them keep them.
+//! The catalog is listed again every `relistDuration` (default 15 minutes) unless
+//! `relistBehavior` is `Manual`, and whenever the broker's spec changes.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brokkr_osb::catalog::Catalog;
+use brokkr_osb::client::{Auth, Client as OsbClient};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Client, Resource, ResourceExt as _};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::Context;
+use crate::conditions;
+use crate::names::object_name;
+use crate::resources::{
+    BrokerAuthInfo, ClusterServiceBroker, ClusterServiceClass, ClusterServiceClassSpec,
+    ClusterServicePlan, ClusterServicePlanSpec, CommonServiceBrokerSpec, CommonServiceClassSpec,
+    CommonServicePlanSpec, ConditionStatus, LocalObjectReference, ObjectReference, RelistBehavior,
+    ServiceBroker, ServiceBrokerStatus, ServiceClass, ServiceClassSpec, ServicePlan,
+    ServicePlanSpec,
+};
+
+/// How often a catalog is listed again when the broker does not say.
+pub const DEFAULT_RELIST_DURATION: Duration = Duration::from_secs(15 * 60);
+/// The label on every class and plan that names the broker whose catalog lists it.
+pub const BROKER_LABEL: &str = "services.brokkr.dev/broker";
+/// The field manager of everything the controllers write.
+pub const FIELD_MANAGER: &str = "brokkr-controller";
+/// How long to wait before trying a broker again after a failure.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
+
+/// Why a broker or an instance could not be reconciled. Messages name Secrets, never their
+/// values.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API refused or failed a request.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The broker could not be reached, or answered with an error.
+    #[error(transparent)]
+    Osb(#[from] brokkr_osb::client::Error),
+    /// The broker's authentication Secret is missing or incomplete.
+    #[error("{0}")]
+    Credentials(String),
+    /// The broker's catalog cannot be written as resources.
+    #[error("{0}")]
+    Catalog(String),
+}
+
+impl Error {
+    /// The condition reason for this error, as the Service Catalog names them.
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Kube(_) => "ErrorSyncingCatalog",
+            Self::Osb(_) => "ErrorFetchingCatalog",
+            Self::Credentials(_) => "ErrorGettingAuthCredentials",
+            Self::Catalog(_) => "ErrorListingCatalog",
+        }
+    }
+}
+
+/// What differs between a ClusterServiceBroker and a ServiceBroker: where their Secrets, classes
+/// and plans live, and which kinds those are.
+pub trait BrokerKind:
+    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// The class kind its catalog is written to.
+    type Class: CatalogEntry;
+    /// The plan kind its catalog is written to.
+    type Plan: CatalogEntry;
+    /// URL, TLS and relisting.
+    fn common(&self) -> &CommonServiceBrokerSpec;
+    /// The Secret with its credentials: namespace, name and whether it holds basic auth.
+    fn auth_secret(&self) -> Result<Option<(String, String, bool)>, Error>;
+    /// Its status, if written.
+    fn broker_status(&self) -> Option<&ServiceBrokerStatus>;
+    /// An API for brokers of its kind, where it lives.
+    fn broker_api(&self, client: &Client) -> Api<Self>;
+    /// An API for its classes.
+    fn class_api(&self, client: &Client) -> Api<Self::Class>;
+    /// An API for its plans.
+    fn plan_api(&self, client: &Client) -> Api<Self::Plan>;
+    /// A class of its catalog.
+    fn class(&self, name: &str, spec: CommonServiceClassSpec) -> Self::Class;
+    /// A plan of its catalog, of the class named `class`.
+    fn plan(&self, name: &str, class: &str, spec: CommonServicePlanSpec) -> Self::Plan;
+}
+
+/// A class or plan resource.
+pub trait CatalogEntry:
+    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// Whether it is marked removed from its broker's catalog.
+    fn removed(&self) -> bool;
+}
+
+macro_rules! catalog_entry {
+    ($($kind:ty),*) => {$(
+        impl CatalogEntry for $kind {
+            fn removed(&self) -> bool {
+                self.status.as_ref().is_some_and(|s| s.removed_from_broker_catalog)
+            }
+        }
+    )*};
+}
+catalog_entry!(
+    ClusterServiceClass,
+    ClusterServicePlan,
+    ServiceClass,
+    ServicePlan
+);
+
+fn auth_secret<R>(
+    auth: Option<&BrokerAuthInfo<R>>,
+    namespace: impl Fn(&R) -> Result<(String, String), Error>,
+) -> Result<Option<(String, String, bool)>, Error> {
+    let Some(auth) = auth else { return Ok(None) };
+    match (&auth.basic, &auth.bearer) {
+        (Some(_), Some(_)) => Err(Error::Credentials(
+            "authInfo names both basic and bearer; choose one".into(),
+        )),
+        (Some(basic), None) => namespace(&basic.secret_ref).map(|(ns, n)| Some((ns, n, true))),
+        (None, Some(bearer)) => namespace(&bearer.secret_ref).map(|(ns, n)| Some((ns, n, false))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The objects a broker writes: labelled with its name and owned by it.
+fn entry_meta<B: BrokerKind>(broker: &B, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: broker.namespace(),
+        labels: Some([(BROKER_LABEL.to_owned(), broker.name_any())].into()),
+        owner_references: broker.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+impl BrokerKind for ClusterServiceBroker {
+    type Class = ClusterServiceClass;
+    type Plan = ClusterServicePlan;
+
+    fn common(&self) -> &CommonServiceBrokerSpec {
+        &self.spec.common
+    }
+
+    fn auth_secret(&self) -> Result<Option<(String, String, bool)>, Error> {
+        auth_secret(self.spec.auth_info.as_ref(), |r: &ObjectReference| {
+            let ns = r.namespace.clone().ok_or_else(|| {
+                Error::Credentials(format!(
+                    "the Secret {:?} of a ClusterServiceBroker needs a namespace",
+                    r.name
+                ))
+            })?;
+            Ok((ns, r.name.clone()))
+        })
+    }
+
+    fn broker_status(&self) -> Option<&ServiceBrokerStatus> {
+        self.status.as_ref()
+    }
+
+    fn broker_api(&self, client: &Client) -> Api<Self> {
+        Api::all(client.clone())
+    }
+
+    fn class_api(&self, client: &Client) -> Api<ClusterServiceClass> {
+        Api::all(client.clone())
+    }
+
+    fn plan_api(&self, client: &Client) -> Api<ClusterServicePlan> {
+        Api::all(client.clone())
+    }
+
+    fn class(&self, name: &str, spec: CommonServiceClassSpec) -> ClusterServiceClass {
+        let mut class = ClusterServiceClass::new(
+            name,
+            ClusterServiceClassSpec {
+                cluster_service_broker_name: self.name_any(),
+                common: spec,
+            },
+        );
+        class.metadata = entry_meta(self, name);
+        class
+    }
+
+    fn plan(&self, name: &str, class: &str, spec: CommonServicePlanSpec) -> ClusterServicePlan {
+        let mut plan = ClusterServicePlan::new(
+            name,
+            ClusterServicePlanSpec {
+                cluster_service_broker_name: self.name_any(),
+                cluster_service_class_ref: LocalObjectReference { name: class.into() },
+                common: spec,
+            },
+        );
+        plan.metadata = entry_meta(self, name);
+        plan
+    }
+}
+
+impl BrokerKind for ServiceBroker {
+    type Class = ServiceClass;
+    type Plan = ServicePlan;
+
+    fn common(&self) -> &CommonServiceBrokerSpec {
+        &self.spec.common
+    }
+
+    fn auth_secret(&self) -> Result<Option<(String, String, bool)>, Error> {
+        let ns = self.namespace().unwrap_or_default();
+        auth_secret(self.spec.auth_info.as_ref(), |r: &LocalObjectReference| {
+            Ok((ns.clone(), r.name.clone()))
+        })
+    }
+
+    fn broker_status(&self) -> Option<&ServiceBrokerStatus> {
+        self.status.as_ref()
+    }
+
+    fn broker_api(&self, client: &Client) -> Api<Self> {
+        Api::namespaced(client.clone(), &self.namespace().unwrap_or_default())
+    }
+
+    fn class_api(&self, client: &Client) -> Api<ServiceClass> {
+        Api::namespaced(client.clone(), &self.namespace().unwrap_or_default())
+    }
+
+    fn plan_api(&self, client: &Client) -> Api<ServicePlan> {
+        Api::namespaced(client.clone(), &self.namespace().unwrap_or_default())
+    }
+
+    fn class(&self, name: &str, spec: CommonServiceClassSpec) -> ServiceClass {
+        let mut class = ServiceClass::new(
+            name,
+            ServiceClassSpec {
+                service_broker_name: self.name_any(),
+                common: spec,
+            },
+        );
+        class.metadata = entry_meta(self, name);
+        class
+    }
+
+    fn plan(&self, name: &str, class: &str, spec: CommonServicePlanSpec) -> ServicePlan {
+        let mut plan = ServicePlan::new(
+            name,
+            ServicePlanSpec {
+                service_broker_name: self.name_any(),
+                service_class_ref: LocalObjectReference { name: class.into() },
+                common: spec,
+            },
+        );
+        plan.metadata = entry_meta(self, name);
+        plan
+    }
+}
+
+/// Reconciles one broker: lists its catalog and writes its status.
+pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Writing the status wakes the controller again: list only when a relist is due.
+    if let Some(wait) = not_due(&*broker) {
+        return Ok(wait);
+    }
+    let result = list_catalog(&*broker, &ctx).await;
+    ctx.metrics.reconciled(&B::kind(&()), result.is_err());
+    let mut status = broker.broker_status().cloned().unwrap_or_default();
+    status.observed_generation = broker.meta().generation.unwrap_or_default();
+    match &result {
+        Ok(()) => {
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                ConditionStatus::True,
+                "FetchedCatalog",
+                "Successfully fetched catalog entries from broker.",
+            );
+            status.last_condition_state = "Ready".into();
+            status.reconciled_generation = status.observed_generation;
+            status.last_catalog_retrieval_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+        Err(e) => {
+            tracing::warn!(broker = %broker.name_any(), error = %e, "cannot list the broker's catalog");
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                ConditionStatus::False,
+                e.reason(),
+                e.to_string(),
+            );
+            status.last_condition_state = e.reason().into();
+        }
+    }
+    let api = broker.broker_api(&ctx.client);
+    api.patch_status(
+        &broker.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    result?;
+    let common = broker.common();
+    Ok(match common.relist_behavior {
+        RelistBehavior::Manual => Action::await_change(),
+        RelistBehavior::Duration => Action::requeue(
+            common
+                .relist_duration
+                .map_or(DEFAULT_RELIST_DURATION, Duration::from),
+        ),
+    })
+}
+
+/// When the broker's catalog was listed for its current spec and the next relist is not due
+/// yet: what to wait for.
+fn not_due<B: BrokerKind>(broker: &B) -> Option<Action> {
+    let status = broker.broker_status()?;
+    let ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True);
+    if !ready || status.reconciled_generation != broker.meta().generation.unwrap_or_default() {
+        return None;
+    }
+    let common = broker.common();
+    match common.relist_behavior {
+        RelistBehavior::Manual => Some(Action::await_change()),
+        RelistBehavior::Duration => {
+            let every = common
+                .relist_duration
+                .map_or(DEFAULT_RELIST_DURATION, Duration::from);
+            let last = status.last_catalog_retrieval_time.as_ref()?.0;
+            let since = k8s_openapi::jiff::Timestamp::now().duration_since(last);
+            let left = every.checked_sub(since.try_into().ok()?)?;
+            (!left.is_zero()).then(|| Action::requeue(left))
+        }
+    }
+}
+
+/// What to do after a failed reconcile: try again soon.
+pub fn error_policy<B: BrokerKind>(_: Arc<B>, _: &Error, _: Arc<Context>) -> Action {
+    Action::requeue(RETRY_AFTER_FAILURE)
+}
+
+/// A client for the broker, with the credentials of its Secret.
+pub(crate) async fn osb_client<B: BrokerKind>(
+    broker: &B,
+    client: &Client,
+) -> Result<OsbClient, Error> {
+    let common = broker.common();
+    let mut builder = OsbClient::builder(&common.url)
+        .insecure_skip_tls_verify(common.insecure_skip_tls_verify)
+        .timeout(Duration::from_secs(60));
+    if let Some(bundle) = &common.ca_bundle {
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(bundle.trim())
+            .map_err(|e| Error::Credentials(format!("caBundle is not valid base64: {e}")))?;
+        builder = builder.ca_bundle(pem);
+    }
+    if let Some((ns, name, basic)) = broker.auth_secret()? {
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&name)
+            .await?
+            .ok_or_else(|| Error::Credentials(format!("the Secret {ns}/{name} does not exist")))?;
+        let key = |key: &str| {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .ok_or_else(|| {
+                    Error::Credentials(format!(
+                        "the Secret {ns}/{name} has no text under the key {key:?}"
+                    ))
+                })
+        };
+        builder = builder.auth(Some(if basic {
+            Auth::Basic {
+                username: key("username")?,
+                password: key("password")?,
+            }
+        } else {
+            Auth::Bearer(key("token")?)
+        }));
+    }
+    Ok(builder.build()?)
+}
+
+/// Fetches the broker's catalog and writes it as classes and plans.
+async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Error> {
+    let osb = osb_client(broker, &ctx.client).await?;
+    let answer = osb.catalog().await;
+    ctx.metrics.osb_call("catalog", &answer);
+    let catalog = answer?.body;
+    let CatalogEntries { classes, plans } = catalog_entries(broker, &catalog)?;
+
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let class_api = broker.class_api(&ctx.client);
+    let plan_api = broker.plan_api(&ctx.client);
+    let mut class_names = BTreeSet::new();
+    for class in classes {
+        let name = class.name_any();
+        let written = class_api
+            .patch(&name, &params, &Patch::Apply(&class))
+            .await?;
+        mark_removed(&class_api, &written, false).await?;
+        class_names.insert(name);
+    }
+    let mut plan_names = BTreeSet::new();
+    for plan in plans {
+        let name = plan.name_any();
+        let written = plan_api.patch(&name, &params, &Patch::Apply(&plan)).await?;
+        mark_removed(&plan_api, &written, false).await?;
+        plan_names.insert(name);
+    }
+
+    let listed = ListParams::default().labels(&format!("{BROKER_LABEL}={}", broker.name_any()));
+    for class in class_api.list(&listed).await? {
+        if !class_names.contains(&class.name_any()) {
+            mark_removed(&class_api, &class, true).await?;
+        }
+    }
+    for plan in plan_api.list(&listed).await? {
+        if !plan_names.contains(&plan.name_any()) {
+            mark_removed(&plan_api, &plan, true).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets `status.removedFromBrokerCatalog` where it differs.
+async fn mark_removed<K: CatalogEntry>(
+    api: &Api<K>,
+    entry: &K,
+    removed: bool,
+) -> Result<(), Error> {
+    if entry.removed() != removed {
+        if removed {
+            tracing::info!(kind = %K::kind(&()), name = %entry.name_any(), "removed from the broker's catalog");
+        }
+        let status = json!({ "status": { "removedFromBrokerCatalog": removed } });
+        api.patch_status(
+            &entry.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A catalog as the resources a broker writes.
+struct CatalogEntries<B: BrokerKind> {
+    classes: Vec<B::Class>,
+    plans: Vec<B::Plan>,
+}
+
+/// The classes and plans of `catalog`, each named by its id as a DNS name.
+fn catalog_entries<B: BrokerKind>(
+    broker: &B,
+    catalog: &Catalog,
+) -> Result<CatalogEntries<B>, Error> {
+    let mut taken = BTreeSet::new();
+    let mut name_for = |what: &str, id: &str| {
+        let name = object_name(id).ok_or_else(|| {
+            Error::Catalog(format!(
+                "the {what} id {id:?} cannot be made a resource name"
+            ))
+        })?;
+        if !taken.insert(name.clone()) {
+            return Err(Error::Catalog(format!(
+                "the {what} id {id:?} becomes the resource name {name:?}, which another id of the catalog already has"
+            )));
+        }
+        Ok(name)
+    };
+    let mut classes = Vec::new();
+    let mut plans = Vec::new();
+    for service in &catalog.services {
+        let class_name = name_for("service", &service.id)?;
+        classes.push(broker.class(
+            &class_name,
+            CommonServiceClassSpec {
+                external_name: service.name.clone(),
+                external_id: service.id.clone(),
+                description: service.description.clone(),
+                bindable: service.bindable,
+                binding_retrievable: service.bindings_retrievable.unwrap_or(false),
+                plan_updatable: service.plan_updateable.unwrap_or(false),
+                external_metadata: service.metadata.clone().map(Value::Object),
+                tags: service.tags.clone(),
+                requires: service.requires.clone(),
+                default_provision_parameters: None,
+            },
+        ));
+        for plan in &service.plans {
+            let plan_name = name_for("plan", &plan.id)?;
+            plans.push(broker.plan(
+                &plan_name,
+                &class_name,
+                CommonServicePlanSpec {
+                    external_name: plan.name.clone(),
+                    external_id: plan.id.clone(),
+                    description: plan.description.clone(),
+                    bindable: plan.bindable,
+                    free: plan.free.unwrap_or(true),
+                    external_metadata: plan.metadata.clone().map(Value::Object),
+                    instance_create_parameter_schema: plan.instance_create_schema().cloned(),
+                    instance_update_parameter_schema: plan.instance_update_schema().cloned(),
+                    service_binding_create_parameter_schema: plan.binding_create_schema().cloned(),
+                    service_binding_create_response_schema: None,
+                    default_provision_parameters: None,
+                    maximum_polling_duration: plan.maximum_polling_duration,
+                },
+            ));
+        }
+    }
+    Ok(CatalogEntries { classes, plans })
+}

@@ -1,0 +1,82 @@
+//! The controllers' Prometheus metrics: reconciles and their errors by controller, and OSB calls
+//! by verb and status.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// The labels of a reconcile counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// The kind the controller reconciles, e.g. `ClusterServiceBroker`.
+    pub controller: String,
+}
+
+/// The labels of an OSB call counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OsbCallLabels {
+    /// `catalog`, `provision`, `update`, `deprovision`, `bind`, `unbind`, `last_operation`.
+    pub verb: String,
+    /// The HTTP status, or `error` when the broker could not be reached.
+    pub status: String,
+}
+
+/// Counters the controllers update; cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ControllerLabels, Counter>,
+    osb_calls: Family<OsbCallLabels, Counter>,
+}
+
+impl Metrics {
+    /// Counters registered in `registry` under `brokkr_controller_*`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        let sub = registry.sub_registry_with_prefix("brokkr_controller");
+        sub.register("reconciles", "Reconciles run", metrics.reconciles.clone());
+        sub.register(
+            "reconcile_errors",
+            "Reconciles that ended with an error",
+            metrics.reconcile_errors.clone(),
+        );
+        sub.register(
+            "osb_calls",
+            "Calls to OSB brokers by verb and HTTP status",
+            metrics.osb_calls.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one reconcile of `controller`, failed or not.
+    pub fn reconciled(&self, controller: &str, failed: bool) {
+        let labels = ControllerLabels {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        if failed {
+            self.reconcile_errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Counts one OSB call and how the broker answered.
+    pub fn osb_call<T>(
+        &self,
+        verb: &str,
+        result: &Result<brokkr_osb::client::Response<T>, brokkr_osb::client::Error>,
+    ) {
+        let status = match result {
+            Ok(response) => response.status.as_u16().to_string(),
+            Err(e) => e
+                .status()
+                .map_or_else(|| "error".to_owned(), |s| s.as_u16().to_string()),
+        };
+        self.osb_calls
+            .get_or_create(&OsbCallLabels {
+                verb: verb.to_owned(),
+                status,
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,152 @@
+//! The custom resources of group `services.brokkr.dev`, version `v1alpha1`, with the field names
+//! of the Kubernetes Service Catalog's `servicecatalog.k8s.io/v1beta1` API, so that existing
+//! manifests port by changing `apiVersion` only.
+//!
+//! Their schemas are generated from these types (kube-derive and schemars) and are structural:
+//! free-form fields (`parameters`, JSON schemas, external metadata) keep unknown fields.
+
+// Clippy takes kube-derive's repeated `printcolumn(type_ = …)` for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+mod binding;
+#[allow(clippy::duplicated_attributes)]
+mod broker;
+#[allow(clippy::duplicated_attributes)]
+mod catalog;
+#[allow(clippy::duplicated_attributes)]
+mod instance;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResourceExt as _;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use binding::{
+    AddKeyTransform, AddKeysFromTransform, RemoveKeyTransform, RenameKeyTransform, SecretTransform,
+    ServiceBinding, ServiceBindingOperation, ServiceBindingPropertiesState, ServiceBindingSpec,
+    ServiceBindingStatus, UnbindStatus,
+};
+pub use broker::{
+    BasicAuthConfig, BearerTokenAuthConfig, BrokerAuthInfo, ClusterServiceBroker,
+    ClusterServiceBrokerSpec, CommonServiceBrokerSpec, RelistBehavior, ServiceBroker,
+    ServiceBrokerSpec, ServiceBrokerStatus,
+};
+pub use catalog::{
+    ClusterServiceClass, ClusterServiceClassSpec, ClusterServicePlan, ClusterServicePlanSpec,
+    CommonServiceClassSpec, CommonServicePlanSpec, ServiceClass, ServiceClassSpec,
+    ServiceClassStatus, ServicePlan, ServicePlanSpec, ServicePlanStatus,
+};
+pub use instance::{
+    DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
+    ServiceInstancePropertiesState, ServiceInstanceSpec, ServiceInstanceStatus,
+};
+
+/// The API group of every brokkr service resource.
+pub const GROUP: &str = "services.brokkr.dev";
+/// The API version of every brokkr service resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Every CustomResourceDefinition brokkr's controllers serve, in the order to apply them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        ClusterServiceBroker::crd(),
+        ServiceBroker::crd(),
+        ClusterServiceClass::crd(),
+        ClusterServicePlan::crd(),
+        ServiceClass::crd(),
+        ServicePlan::crd(),
+        ServiceInstance::crd(),
+        ServiceBinding::crd(),
+    ]
+}
+
+/// One observation about a resource, as the Service Catalog writes them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// What the condition is about: `Ready`, `Failed`, …
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Whether it holds.
+    pub status: ConditionStatus,
+    /// When `status` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// A machine-readable, CamelCase reason for the last transition.
+    #[serde(default)]
+    pub reason: String,
+    /// A human-readable explanation.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Whether a [`Condition`] holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ConditionStatus {
+    /// It holds.
+    True,
+    /// It does not hold.
+    False,
+    /// Not known yet.
+    #[default]
+    Unknown,
+}
+
+/// A reference to an object by name: in the same namespace, or a cluster-scoped one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LocalObjectReference {
+    /// The object's name.
+    pub name: String,
+}
+
+/// A reference to an object by namespace and name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ObjectReference {
+    /// The object's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+}
+
+/// One key of a Secret in the same namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SecretKeyReference {
+    /// The Secret's name.
+    pub name: String,
+    /// The key whose value is a JSON object of parameters.
+    pub key: String,
+}
+
+/// Where more parameters come from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParametersFromSource {
+    /// A Secret key holding a JSON object; its top-level keys must not repeat `parameters`'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyReference>,
+}
+
+/// The Kubernetes user who asked for a change, as the platform tells the broker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UserInfo {
+    /// The user's name.
+    pub username: String,
+    /// The user's uid.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// The user's groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// Further attributes of the user.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// The schema of a free-form JSON value: any object, kept as it is.
+pub(crate) fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}

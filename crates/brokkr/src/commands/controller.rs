@@ -1,0 +1,169 @@
+//! `brokkr controller`: brokkr's Kubernetes controllers against the cluster that KUBECONFIG (or
+//! the in-cluster configuration) names, as kubectl finds it; one replica at a time reconciles,
+//! elected on a coordination.k8s.io Lease; `/healthz`, `/readyz` and Prometheus `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use brokkr_controller::lease::LeaseLock;
+use brokkr_controller::metrics::Metrics;
+use brokkr_controller::resources::ClusterServiceBroker;
+use clap::Args;
+use futures::FutureExt as _;
+use prometheus_client::registry::Registry;
+use tracing::info;
+
+use super::serve::{LogFormat, init_logging, shutdown_signal};
+
+#[derive(Args)]
+pub struct ControllerArgs {
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(
+        long,
+        env = "BROKKR_CONTROLLER_LISTEN",
+        default_value = "127.0.0.1:8081"
+    )]
+    listen: SocketAddr,
+    /// Namespace of the leader-election Lease [default: the namespace of the in-cluster
+    /// configuration or of the kubeconfig's context].
+    #[arg(long, env = "BROKKR_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "BROKKR_LEASE_NAME", default_value = "brokkr-controller")]
+    lease_name: String,
+    /// How long the Lease lasts without renewal: how soon another replica takes over from one
+    /// that died.
+    #[arg(long, env = "BROKKR_LEASE_DURATION", default_value = "15s", value_parser = crate::config::parse_duration)]
+    lease_duration: Duration,
+    /// This replica's name in the Lease [default: $POD_NAME, else $HOSTNAME, else a random one].
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Reconcile without leader election (only one replica may run).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Log format.
+    #[arg(long, env = "BROKKR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// What the health endpoints report.
+struct Health {
+    registry: Registry,
+    /// The API server answered and serves brokkr's kinds.
+    ready: AtomicBool,
+}
+
+/// Runs the controllers until SIGTERM or Ctrl-C, then lets reconciles in progress finish and
+/// releases the Lease.
+pub async fn run(args: ControllerArgs) -> Result<()> {
+    init_logging(args.log_format);
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure a Kubernetes client (KUBECONFIG, ~/.kube/config or the in-cluster configuration)")?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let health = Arc::new(Health {
+        registry,
+        ready: AtomicBool::new(false),
+    });
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    info!(address = %args.listen, "serving /healthz, /readyz and /metrics");
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(health.clone());
+    let http = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // Ready once the API server answers and serves brokkr's kinds.
+    kube::Api::<ClusterServiceBroker>::all(client.clone())
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .context(
+            "cannot list ClusterServiceBrokers: is the API server reachable, and are brokkr's \
+             CRDs installed (brokkr crds | kubectl apply -f -)?",
+        )?;
+    info!("connected to the Kubernetes API server");
+    health.ready.store(true, Ordering::Relaxed);
+
+    // The OSB context's clusterid: the kube-system namespace's uid, as other platforms use.
+    let cluster_id = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .get_opt("kube-system")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|ns| ns.metadata.uid);
+    let shutdown = shutdown_signal().boxed().shared();
+    let ctx = brokkr_controller::Context {
+        client: client.clone(),
+        metrics,
+        cluster_id,
+    };
+    let controllers = brokkr_controller::run(ctx, shutdown.clone());
+    if args.no_leader_election {
+        controllers.await;
+    } else {
+        let namespace = args
+            .lease_namespace
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let identity = args
+            .identity
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("brokkr-{}", uuid::Uuid::new_v4()));
+        let lock = LeaseLock::new(
+            client,
+            &namespace,
+            &args.lease_name,
+            &identity,
+            args.lease_duration,
+        );
+        info!(lease = %format!("{namespace}/{}", args.lease_name), %identity, "waiting for the lease");
+        tokio::select! {
+            () = lock.acquire() => {}
+            () = shutdown.clone() => {
+                http.abort();
+                return Ok(());
+            }
+        }
+        lock.hold(controllers).await?;
+    }
+    info!("controllers stopped");
+    http.abort();
+    Ok(())
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    if health.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the Kubernetes API server has not answered yet",
+        )
+    }
+}
+
+async fn metrics_text(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &health.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}

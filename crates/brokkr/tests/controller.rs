@@ -1,0 +1,389 @@
+//! `brokkr controller` end to end: the real binary, configured by a kubeconfig file like kubectl,
+//! against the fake API server and `brokkr serve`: it takes the Lease, lists brokkr's catalog from
+//! a ClusterServiceBroker into ClusterServiceClasses and ClusterServicePlans, serves `/readyz` and
+//! `/metrics`, and on SIGTERM stops and releases the Lease. Also `brokkr crds` in both formats.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use brokkr_blueprint::QUICKSTART;
+use brokkr_fake_kube::FakeCluster;
+use brokkr_osb::client::{Client as OsbClient, Method};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
+const API: &str = "services.brokkr.dev/v1alpha1";
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// A process, killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `check` until it returns something, for up to 60 seconds.
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn serve(dir: &Path) -> (Process, String) {
+    let port = free_port();
+    let child = Command::new(BIN)
+        .args(["serve", "--insecure-plaintext-secrets"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--store")
+        .arg(format!("sqlite://{}", dir.join("brokkr.db").display()))
+        .env("BROKKR_BROKER_USERNAME", "platform")
+        .env("BROKKR_BROKER_PASSWORD", "s3cret")
+        .env_remove("BROKKR_CONFIG")
+        .env_remove("BROKKR_STORE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start brokkr serve");
+    (Process(child), format!("http://127.0.0.1:{port}"))
+}
+
+/// The service and plan ids of the built-in catalog.
+fn quickstart_ids(dir: &Path) -> (Vec<String>, Vec<String>) {
+    let config = dir.join("quickstart.yaml");
+    std::fs::write(&config, QUICKSTART).unwrap();
+    let out = Command::new(BIN)
+        .args(["catalog", "-o", "json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let catalog: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let services = catalog["services"].as_array().unwrap();
+    let ids = |v: &Value| v["id"].as_str().unwrap().to_owned();
+    (
+        services.iter().map(ids).collect(),
+        services
+            .iter()
+            .flat_map(|s| s["plans"].as_array().unwrap().iter().map(ids))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeCluster::start().await;
+    for crd in brokkr_controller::resources::crds() {
+        let names = &crd.spec.names;
+        fake.add_kind(
+            &crd.spec.group,
+            "v1alpha1",
+            &names.kind,
+            &names.plural,
+            crd.spec.scope == "Namespaced",
+        );
+    }
+    fake.add_kind("coordination.k8s.io", "v1", "Lease", "leases", true);
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
+
+    let (_broker, broker_url) = serve(dir.path());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut controller = Process(
+        Command::new(BIN)
+            .args([
+                "controller",
+                "--log-format",
+                "json",
+                "--lease-duration",
+                "3s",
+            ])
+            .args(["--listen", &listen, "--identity", "replica-1"])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start brokkr controller"),
+    );
+
+    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "brokkr-auth", "namespace": "default"},
+        "data": {"username": "cGxhdGZvcm0=", "password": "czNjcmV0"}}));
+    fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
+        "metadata": {"name": "brokkr"},
+        "spec": {"url": broker_url,
+                 "authInfo": {"basic": {"secretRef": {"namespace": "default", "name": "brokkr-auth"}}}}}));
+
+    let (services, plans) = quickstart_ids(dir.path());
+    assert!(!services.is_empty() && !plans.is_empty());
+    eventually(
+        "every quickstart plan as a ClusterServicePlan",
+        async || (fake.list(API, "ClusterServicePlan").len() == plans.len()).then_some(()),
+    )
+    .await;
+    for id in &services {
+        let class = fake
+            .get(API, "ClusterServiceClass", None, id)
+            .unwrap_or_else(|| panic!("no class {id}"));
+        assert_eq!(class["spec"]["clusterServiceBrokerName"], "brokkr");
+    }
+    let broker = fake
+        .get(API, "ClusterServiceBroker", None, "brokkr")
+        .unwrap();
+    assert_eq!(
+        broker["status"]["lastConditionState"], "Ready",
+        "{broker:#}"
+    );
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("default"),
+            "brokkr-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-1");
+
+    instances_are_provisioned_and_deprovisioned(&fake, &broker_url).await;
+
+    // brokkr-osb's client is reqwest with brokkr's TLS set-up; here it only speaks plain HTTP.
+    let http = OsbClient::builder(format!("http://{listen}"))
+        .build()
+        .unwrap();
+    let ready = http.request(Method::GET, "/readyz").send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let metrics = http
+        .request(Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"brokkr_controller_osb_calls_total{verb="catalog",status="200"}"#),
+        "{metrics}"
+    );
+
+    let pid = controller.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = controller.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status}");
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("default"),
+            "brokkr-controller",
+        )
+        .unwrap();
+    assert!(
+        lease["spec"].get("holderIdentity").is_none(),
+        "the lease is released: {lease:#}"
+    );
+}
+
+/// The instance `name`'s condition `type_`, once it has `reason`.
+async fn condition(fake: &FakeCluster, name: &str, type_: &str, reason: &str) -> Value {
+    eventually(
+        &format!("{name}: {type_} with reason {reason}"),
+        async || {
+            let instance = fake.get(API, "ServiceInstance", Some("default"), name)?;
+            let found = instance["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == type_ && c["reason"] == reason)?
+                .clone();
+            Some(found)
+        },
+    )
+    .await
+}
+
+/// The broker's answer to fetching the instance `id`.
+async fn broker_instance(broker_url: &str, id: &str) -> u16 {
+    let osb = OsbClient::builder(broker_url)
+        .basic_auth("platform", "s3cret")
+        .build()
+        .unwrap();
+    match osb.instance(id, None).await {
+        Ok(response) => response.status.as_u16(),
+        Err(e) => e.status().expect("an answer").as_u16(),
+    }
+}
+
+/// ServiceInstances of brokkr's async plan: provisioned (polled to the end), a 400 terminal with
+/// the broker's description, a plan not in the catalog waited for, and deleting one blocked by a
+/// ServiceBinding until the binding goes, then deprovisioned.
+async fn instances_are_provisioned_and_deprovisioned(fake: &FakeCluster, broker_url: &str) {
+    let instance = |name: &str, plan: &str, parameters: Value| {
+        json!({"apiVersion": API, "kind": "ServiceInstance",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"clusterServiceClassExternalName": "user-provided",
+                     "clusterServicePlanExternalName": plan, "parameters": parameters}})
+    };
+    let credentials = json!({"credentials": {"type": "postgresql", "host": "pg.internal"}});
+    fake.create(instance("orders-db", "async", credentials.clone()));
+    fake.create(instance("broken", "async", json!({})));
+    fake.create(instance("later", "nope", credentials));
+
+    let ready = condition(fake, "orders-db", "Ready", "ProvisionedSuccessfully").await;
+    assert_eq!(ready["status"], "True");
+    let orders = fake
+        .get(API, "ServiceInstance", Some("default"), "orders-db")
+        .unwrap();
+    let status = &orders["status"];
+    assert_eq!(status["provisionStatus"], "Provisioned", "{orders:#}");
+    assert_eq!(status["deprovisionStatus"], "Required");
+    assert_eq!(status["asyncOpInProgress"], false);
+    assert_eq!(
+        status["userSpecifiedClassName"],
+        "ClusterServiceClass/user-provided"
+    );
+    assert_eq!(status["userSpecifiedPlanName"], "ClusterServicePlan/async");
+    assert_eq!(status["lastConditionState"], "Ready");
+    assert_eq!(
+        status["externalProperties"]["clusterServicePlanExternalName"],
+        "async"
+    );
+    assert!(status.get("lastOperation").is_none() && status.get("currentOperation").is_none());
+    assert_eq!(
+        orders["metadata"]["finalizers"],
+        json!(["services.brokkr.dev/service-instance"])
+    );
+    let id = orders["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(
+        broker_instance(broker_url, &id).await,
+        200,
+        "the broker has the instance"
+    );
+
+    let failed = condition(fake, "broken", "Failed", "ProvisionCallFailed").await;
+    assert_eq!(failed["status"], "True");
+    assert!(
+        failed["message"].as_str().unwrap().contains("400"),
+        "{failed:#}"
+    );
+    let waiting = condition(fake, "later", "Ready", "ReferencesNonexistentServicePlan").await;
+    assert_eq!(waiting["status"], "False");
+    let later = fake
+        .get(API, "ServiceInstance", Some("default"), "later")
+        .unwrap();
+    let conditions = later["status"]["conditions"].as_array().unwrap();
+    assert!(
+        !conditions.iter().any(|c| c["type"] == "Failed"),
+        "it waits: {later:#}"
+    );
+    assert!(
+        waiting["message"].as_str().unwrap().contains("\"nope\""),
+        "{waiting:#}"
+    );
+
+    // A ServiceBinding of the instance blocks its deprovisioning until it is gone.
+    fake.create(json!({"apiVersion": API, "kind": "ServiceBinding",
+        "metadata": {"name": "orders-app", "namespace": "default"},
+        "spec": {"instanceRef": {"name": "orders-db"}}}));
+    let client = fake.client();
+    let instances: kube::Api<brokkr_controller::resources::ServiceInstance> =
+        kube::Api::namespaced(client.clone(), "default");
+    instances
+        .delete("orders-db", &Default::default())
+        .await
+        .unwrap();
+    let blocked = condition(
+        fake,
+        "orders-db",
+        "Ready",
+        "DeprovisionBlockedByExistingBindings",
+    )
+    .await;
+    assert!(
+        blocked["message"].as_str().unwrap().contains("orders-app"),
+        "{blocked:#}"
+    );
+    assert_eq!(
+        broker_instance(broker_url, &id).await,
+        200,
+        "not deprovisioned while bound"
+    );
+
+    let bindings: kube::Api<brokkr_controller::resources::ServiceBinding> =
+        kube::Api::namespaced(client, "default");
+    bindings
+        .delete("orders-app", &Default::default())
+        .await
+        .unwrap();
+    eventually("the deprovisioned instance to go", async || {
+        fake.get(API, "ServiceInstance", Some("default"), "orders-db")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_ne!(
+        broker_instance(broker_url, &id).await,
+        200,
+        "the broker deprovisioned it"
+    );
+}
+
+#[test]
+fn crds_prints_every_definition_as_yaml_and_as_a_json_list() {
+    let yaml = Command::new(BIN).arg("crds").output().unwrap();
+    assert!(yaml.status.success());
+    let text = String::from_utf8(yaml.stdout).unwrap();
+    assert_eq!(
+        text.matches("kind: CustomResourceDefinition").count(),
+        8,
+        "{text}"
+    );
+    assert!(text.contains("name: serviceinstances.services.brokkr.dev"));
+
+    let json = Command::new(BIN)
+        .args(["crds", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(json.status.success());
+    let list: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(list["kind"], "List");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"servicebindings.services.brokkr.dev"),
+        "{names:?}"
+    );
+    assert_eq!(names.len(), 8);
+}
