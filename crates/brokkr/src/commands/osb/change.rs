@@ -9,7 +9,8 @@ use serde_json::{Map, Value, json};
 
 use super::output::{Format, Table, print};
 use super::{
-    Broker, PlanArgs, RequestArgs, Target, explain, parameters, required, wait_showing_progress,
+    Broker, PlanArgs, RequestArgs, Target, WaitArgs, explain, parameters, required,
+    wait_showing_progress,
 };
 
 /// The outcome of a request that changes something, as printed.
@@ -104,7 +105,7 @@ async fn settle(
     outcome: &mut Outcome<'_>,
     plan: &Plan,
     ids: PlanRef,
-    args: &RequestArgs,
+    args: &WaitArgs,
 ) -> Result<()> {
     if outcome.status != StatusCode::ACCEPTED || !args.wait {
         return Ok(());
@@ -134,7 +135,7 @@ async fn finish(
     mut outcome: Outcome<'_>,
     plan: &Plan,
     ids: PlanRef,
-    args: &RequestArgs,
+    args: &WaitArgs,
     out: Format,
 ) -> Result<()> {
     settle(broker, &mut outcome, plan, ids, args).await?;
@@ -209,7 +210,7 @@ pub(super) async fn provision(
     )
     .with(extra);
     let ids = PlanRef::new(&service.id, &plan.id);
-    finish(broker, outcome, plan, ids, args, out).await
+    finish(broker, outcome, plan, ids, &args.wait, out).await
 }
 
 pub(super) async fn update(
@@ -240,14 +241,14 @@ pub(super) async fn update(
         answer.body.operation.clone(),
     );
     let ids = PlanRef::new(&service.id, &plan.id);
-    finish(broker, outcome, plan, ids, args, out).await
+    finish(broker, outcome, plan, ids, &args.wait, out).await
 }
 
 pub(super) async fn deprovision(
     broker: &Broker,
     instance_id: &str,
     plan_args: &PlanArgs,
-    args: &RequestArgs,
+    args: &WaitArgs,
     out: Format,
 ) -> Result<()> {
     let (service, plan) = broker.plan_of(instance_id, plan_args).await?;
@@ -295,8 +296,8 @@ pub(super) async fn bind(
     );
     let ids = PlanRef::new(&service.id, &plan.id);
     let mut binding = (!answer.is_async()).then_some(answer.body.binding);
-    settle(broker, &mut outcome, plan, ids.clone(), args).await?;
-    if binding.is_none() && args.wait && outcome.state == OperationState::Succeeded {
+    settle(broker, &mut outcome, plan, ids.clone(), &args.wait).await?;
+    if binding.is_none() && args.wait.wait && outcome.state == OperationState::Succeeded {
         // An asynchronous bind's credentials are fetched once it has succeeded.
         let fetched = broker
             .client
@@ -318,7 +319,7 @@ pub(super) async fn unbind(
     instance_id: &str,
     binding_id: &str,
     plan_args: &PlanArgs,
-    args: &RequestArgs,
+    args: &WaitArgs,
     out: Format,
 ) -> Result<()> {
     let (service, plan) = broker.plan_of(instance_id, plan_args).await?;

@@ -90,7 +90,7 @@ enum OsbCommand {
         #[command(flatten)]
         plan: PlanArgs,
         #[command(flatten)]
-        request: RequestArgs,
+        request: WaitArgs,
     },
     /// Create a binding (an id is generated and printed when none is given).
     Bind {
@@ -112,7 +112,7 @@ enum OsbCommand {
         #[command(flatten)]
         plan: PlanArgs,
         #[command(flatten)]
-        request: RequestArgs,
+        request: WaitArgs,
     },
     /// Show an instance (brokers with instances_retrievable).
     Instance {
@@ -154,12 +154,19 @@ struct PlanArgs {
     plan: Option<String>,
 }
 
-/// What the requests that change something share.
+/// What the requests that create or change something share: parameters, and waiting.
 #[derive(Args)]
 struct RequestArgs {
     /// Parameters: JSON, or @FILE.
     #[arg(long)]
     params: Option<String>,
+    #[command(flatten)]
+    wait: WaitArgs,
+}
+
+/// Whether and how long to wait for the operation a request starts.
+#[derive(Args)]
+struct WaitArgs {
     /// Wait until the operation ends; exit 1 if it failed.
     #[arg(long)]
     wait: bool,
@@ -545,4 +552,38 @@ async fn wait_showing_progress(
         .await;
     progress.finish();
     result.map_err(explain)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::OsbArgs;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OsbArgs,
+    }
+
+    #[test]
+    fn only_requests_that_carry_parameters_take_them() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["osb"], args].concat()).map(drop);
+        for ok in [
+            &["provision", "i1", "--params", "{}", "--wait"][..],
+            &["update", "i1", "--params", "{}"],
+            &["bind", "i1", "b1", "--params", "{}"],
+            &["deprovision", "i1", "--wait", "--wait-timeout", "1m"],
+            &["unbind", "i1", "b1", "--wait"],
+        ] {
+            assert!(parse(ok).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            &["deprovision", "i1", "--params", "{}"][..],
+            &["unbind", "i1", "b1", "--params", "{}"],
+        ] {
+            let e = parse(refused).unwrap_err().to_string();
+            assert!(e.contains("--params"), "{refused:?}: {e}");
+        }
+    }
 }
