@@ -299,6 +299,27 @@ async fn provisioned(
     Ok(Action::await_change())
 }
 
+/// Ends the operation as failed: `Ready=False` with `reason`, and `Failed=True` unless it was a
+/// deprovision (which is retried).
+fn record_failure(
+    status: &mut ServiceInstanceStatus,
+    reason: &str,
+    message: String,
+    deprovisioning: bool,
+) {
+    end_operation(status);
+    if !deprovisioning {
+        set(
+            status,
+            "Failed",
+            ConditionStatus::True,
+            reason,
+            message.clone(),
+        );
+    }
+    set(status, "Ready", ConditionStatus::False, reason, message);
+}
+
 fn end_operation(status: &mut ServiceInstanceStatus) {
     status.async_op_in_progress = false;
     status.current_operation = None;
@@ -402,24 +423,8 @@ async fn poll(
                     verb.to_lowercase(),
                     resolved.max_polling().as_secs()
                 );
-                end_operation(&mut status);
                 let reason = format!("{verb}TimedOut");
-                if !deprovisioning {
-                    set(
-                        &mut status,
-                        "Failed",
-                        ConditionStatus::True,
-                        &reason,
-                        message.clone(),
-                    );
-                }
-                set(
-                    &mut status,
-                    "Ready",
-                    ConditionStatus::False,
-                    &reason,
-                    message,
-                );
+                record_failure(&mut status, &reason, message, deprovisioning);
                 write_status(instance, ctx, &status).await?;
                 return Ok(Action::await_change());
             }
@@ -455,25 +460,10 @@ async fn poll(
                     .description
                     .unwrap_or_else(|| "the broker gave no reason".into())
             );
-            end_operation(&mut status);
             if deprovisioning {
                 status.deprovision_status = Some(DeprovisionStatus::Failed);
-            } else {
-                set(
-                    &mut status,
-                    "Failed",
-                    ConditionStatus::True,
-                    &reason,
-                    message.clone(),
-                );
             }
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
-                &reason,
-                message,
-            );
+            record_failure(&mut status, &reason, message, deprovisioning);
             write_status(instance, ctx, &status).await?;
             Ok(if deprovisioning {
                 Action::requeue(RECHECK)
