@@ -228,6 +228,12 @@ fn collection(state: &mut State, request: &Request<'_>, def: &KindDef, ns: &str)
             if def.namespaced && !state.namespace_exists(ns) {
                 return not_found(format!("namespaces \"{ns}\" not found"));
             }
+            if def.namespaced && state.namespace_terminating(ns) {
+                let message = format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                );
+                return status(StatusCode::FORBIDDEN, "Forbidden", message);
+            }
             object["apiVersion"] = json!(def.api_version());
             object["kind"] = json!(def.kind);
             if def.namespaced {

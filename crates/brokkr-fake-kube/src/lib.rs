@@ -22,7 +22,9 @@
 //! - optimistic concurrency: a PUT or a patch that carries a `metadata.resourceVersion` other
 //!   than the stored one gets 409 Conflict;
 //! - DELETE: an object with `metadata.finalizers` is only marked (`deletionTimestamp`) until
-//!   its finalizers are removed, which then deletes it; deleting a namespace deletes what is in it.
+//!   its finalizers are removed, which then deletes it; deleting a namespace deletes what is in it
+//!   the same way, and the namespace itself stays (marked deleted, `status.phase: Terminating`,
+//!   refusing new objects with 403) until the last object in it has gone.
 //!
 //! Every change bumps one cluster-wide counter that becomes the object's
 //! `metadata.resourceVersion`; creation sets `uid` and `creationTimestamp` (a fixed time), and
@@ -126,6 +128,28 @@ impl FakeCluster {
             plural: plural.into(),
             namespaced,
         });
+    }
+
+    /// Serves the kind a CustomResourceDefinition defines, at its storage version (the fake
+    /// converts nothing between versions).
+    pub fn add_crd(
+        &self,
+        crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    ) {
+        let spec = &crd.spec;
+        let version = spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .or(spec.versions.first())
+            .map_or("v1", |v| v.name.as_str());
+        self.add_kind(
+            &spec.group,
+            version,
+            &spec.names.kind,
+            &spec.names.plural,
+            spec.scope == "Namespaced",
+        );
     }
 
     /// A kube client for the fake.

@@ -114,7 +114,8 @@ impl State {
         let held = object["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty());
-        if object["metadata"].get("deletionTimestamp").is_some() && !held {
+        // A namespace being deleted waits for what it holds, not for finalizers.
+        if object["metadata"].get("deletionTimestamp").is_some() && !held && !is_namespace(&key) {
             self.objects.insert(key.clone(), object);
             return self.remove(&key).unwrap_or_default();
         }
@@ -132,6 +133,9 @@ impl State {
     /// object and whether it is gone.
     pub(crate) fn delete(&mut self, key: &Key) -> Option<(Value, bool)> {
         let before = self.objects.get(key)?.clone();
+        if is_namespace(key) {
+            return Some(self.delete_namespace(key, before));
+        }
         let held = before["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty());
@@ -146,10 +150,49 @@ impl State {
         Some((self.store(key.clone(), marked, Some(&before)), false))
     }
 
-    /// Removes an object (a namespace with everything in it) and tells watchers.
+    /// Deletes what a namespace holds, as the namespace controller would: objects with
+    /// finalizers are only marked deleted, and the namespace stays (`Terminating`, marked deleted)
+    /// until the last of them has gone.
+    fn delete_namespace(&mut self, key: &Key, before: Value) -> (Value, bool) {
+        for inside in self.inside(&key.3) {
+            self.delete(&inside);
+        }
+        if self.inside(&key.3).is_empty() {
+            return (self.remove(key).unwrap_or_default(), true);
+        }
+        let mut marked = before.clone();
+        marked["metadata"]["deletionTimestamp"] = json!(DELETED);
+        marked["status"]["phase"] = json!("Terminating");
+        (self.store(key.clone(), marked, Some(&before)), false)
+    }
+
+    /// The keys of the objects in namespace `ns`.
+    fn inside(&self, ns: &str) -> Vec<Key> {
+        self.objects
+            .keys()
+            .filter(|k| !k.2.is_empty() && k.2 == ns)
+            .cloned()
+            .collect()
+    }
+
+    /// Whether namespace `ns` is being deleted: no new object may be created in it.
+    pub(crate) fn namespace_terminating(&self, ns: &str) -> bool {
+        let key = (
+            String::new(),
+            "namespaces".into(),
+            String::new(),
+            ns.to_owned(),
+        );
+        self.objects
+            .get(&key)
+            .is_some_and(|n| n["metadata"].get("deletionTimestamp").is_some())
+    }
+
+    /// Removes an object (a namespace with everything in it) and tells watchers; the last object
+    /// of a namespace being deleted takes the namespace with it.
     fn remove(&mut self, key: &Key) -> Option<Value> {
         let mut removed = self.objects.remove(key)?;
-        if key.1 == "namespaces" && key.0.is_empty() {
+        if is_namespace(key) {
             let inside: Vec<Key> = self
                 .objects
                 .keys()
@@ -163,6 +206,16 @@ impl State {
         self.version += 1;
         removed["metadata"]["resourceVersion"] = json!(self.version.to_string());
         self.record("DELETED", key.clone(), removed.clone());
+        if !key.2.is_empty() && self.namespace_terminating(&key.2) && self.inside(&key.2).is_empty()
+        {
+            let namespace = (
+                String::new(),
+                "namespaces".into(),
+                String::new(),
+                key.2.clone(),
+            );
+            self.remove(&namespace);
+        }
         Some(removed)
     }
 
@@ -229,4 +282,8 @@ fn content(object: &Value) -> Map<String, Value> {
     map.remove("metadata");
     map.remove("status");
     map
+}
+
+fn is_namespace(key: &Key) -> bool {
+    key.0.is_empty() && key.1 == "namespaces"
 }

@@ -148,3 +148,35 @@ async fn a_watch_resumes_after_a_resource_version() {
     names.sort();
     assert_eq!(names, ["a", "b"]);
 }
+
+#[tokio::test]
+async fn a_namespace_being_deleted_waits_for_the_finalizers_of_what_it_holds() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let fake = FakeCluster::start().await;
+    fake.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    fake.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "held", "namespace": "team", "finalizers": ["x/y"]}}));
+    fake.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "free", "namespace": "team"}}));
+    let namespaces: Api<Namespace> = Api::all(fake.client());
+    namespaces
+        .delete("team", &Default::default())
+        .await
+        .unwrap();
+
+    assert!(fake.get("v1", "ConfigMap", Some("team"), "free").is_none());
+    let held = fake.get("v1", "ConfigMap", Some("team"), "held").unwrap();
+    assert!(held["metadata"]["deletionTimestamp"].is_string());
+    let ns = fake.get("v1", "Namespace", None, "team").unwrap();
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "team");
+    let refused = api
+        .create(&PostParams::default(), &config_map("new", "1"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), 403);
+
+    fake.set_finalizers("v1", "ConfigMap", Some("team"), "held", &[]);
+    assert!(fake.get("v1", "ConfigMap", Some("team"), "held").is_none());
+    assert!(fake.get("v1", "Namespace", None, "team").is_none());
+}
