@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::crypto::Keyring;
 use crate::model::{Event, Key, OpKind, Operation, Orphan, Resource, Status};
 
-pub use sql::SqlStore;
+pub use sql::{Migration, SCHEMA_VERSION, SqlStore, migrations};
 
 /// A store failure (connection lost, database error); never caused by a request's content.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,20 @@ pub enum StoreError {
     /// Another process holds the SQLite store.
     #[error("store: {0}")]
     Lock(String),
+    /// The store's schema is newer than this brokkr can use (a downgrade past a breaking change).
+    #[error(
+        "store: the store's schema is version {found}, which brokkr releases with schema version \
+         {compatible_since} or later can use; this brokkr's is version {supported}. Run a newer \
+         brokkr, or restore a backup of the store taken before the upgrade"
+    )]
+    SchemaTooNew {
+        /// The version the store was migrated to.
+        found: i64,
+        /// The oldest schema version whose brokkr can use the store.
+        compatible_since: i64,
+        /// This brokkr's schema version.
+        supported: i64,
+    },
     /// The store URL is not one brokkr supports.
     #[error("store: unsupported URL {0:?}; use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),
@@ -92,7 +106,9 @@ impl Finish {
 /// Persistent state of instances, bindings and their operations.
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// Creates the schema, or brings it up to date.
+    /// Creates the schema, or migrates it forward to this brokkr's version, recording the version
+    /// in the store; refuses ([`StoreError::SchemaTooNew`]) a store that a newer brokkr migrated
+    /// past what this one can use.
     async fn migrate(&self) -> Result<(), StoreError>;
 
     /// Checks that the store answers.

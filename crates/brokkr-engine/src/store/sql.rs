@@ -84,6 +84,37 @@ const SCHEMA: &[&str] = &[
         ON brokkr_resources (deleted_at) WHERE status = 'deleted'",
 ];
 
+/// One change of the schema, run once, in order; the store's schema version is the number of
+/// migrations it has had.
+pub struct Migration {
+    /// The statements, run in order. They should be safe to run again (`IF NOT EXISTS`): a
+    /// crash may come between them and the recording of the new version.
+    pub statements: Vec<&'static str>,
+    /// Whether a brokkr of an earlier schema version can no longer use the store afterwards (a
+    /// column it reads is dropped or changes meaning). Additive migrations — new tables, new
+    /// nullable or defaulted columns, new indexes — leave older replicas working, which is what
+    /// lets two versions share a store during a rolling update.
+    pub breaks_older: bool,
+}
+
+/// This brokkr's schema version: the number of [`migrations`].
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Every migration, oldest first. Version 1 is the schema as it was before versions were
+/// recorded; its statements all say `IF NOT EXISTS`, so a store from then is brought to version
+/// 1 by running them again. Add a migration at the end (and raise [`SCHEMA_VERSION`]); never
+/// change one that has been released.
+pub fn migrations() -> Vec<Migration> {
+    vec![Migration {
+        statements: SCHEMA.iter().chain(orphans::SCHEMA).copied().collect(),
+        breaks_older: false,
+    }]
+}
+
+/// The `brokkr_settings` rows that record the schema.
+const VERSION_KEY: &str = "schema_version";
+const COMPATIBLE_KEY: &str = "schema_compatible_since";
+
 /// Columns that may hold secrets (parameters, context, credentials), sealed with the keyring.
 const SEALED_COLUMNS: [&str; 3] = ["attrs", "outputs", "op_request"];
 
@@ -179,6 +210,27 @@ impl SqlStore {
             keyring,
             _lock: lock,
         })
+    }
+
+    /// Brings the schema to `migrations.len()` (see [`Store::migrate`]). Replicas starting
+    /// together on PostgreSQL take turns under an advisory lock.
+    pub async fn migrate_with(&self, migrations: &[Migration]) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        if self.dialect == Dialect::Postgres {
+            conn.execute("SELECT pg_advisory_lock(72616) ").await?;
+        }
+        let result = migrate_conn(&mut conn, migrations).await;
+        if self.dialect == Dialect::Postgres {
+            conn.execute("SELECT pg_advisory_unlock(72616)").await?;
+        }
+        result
+    }
+
+    /// The store's schema version and the oldest version that can use it (0 and 0 for a store
+    /// from before versions were recorded, or an empty one).
+    pub async fn schema_version(&self) -> Result<(i64, i64), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        read_version(&mut conn).await
     }
 
     /// Binds an operation's columns, `op_id` to `op_started_at`, in table order.
@@ -367,25 +419,94 @@ async fn insert_events(
     Ok(())
 }
 
+async fn read_setting(conn: &mut sqlx::AnyConnection, name: &str) -> Result<i64, StoreError> {
+    let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        None => Ok(0),
+        Some(row) => {
+            let value: String = row.try_get("value")?;
+            value.parse().map_err(|_| StoreError::Corrupt {
+                key: format!("brokkr_settings.{name}"),
+                message: format!("{value:?} is not a schema version"),
+            })
+        }
+    }
+}
+
+async fn read_version(conn: &mut sqlx::AnyConnection) -> Result<(i64, i64), StoreError> {
+    conn.execute(SCHEMA[0]).await?;
+    Ok((
+        read_setting(conn, VERSION_KEY).await?,
+        read_setting(conn, COMPATIBLE_KEY).await?,
+    ))
+}
+
+async fn write_setting(
+    conn: &mut sqlx::AnyConnection,
+    name: &str,
+    value: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO brokkr_settings (name, value) VALUES ($1, $2) \
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )
+    .bind(name)
+    .bind(value.to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Runs the migrations the store has not had, recording the version after each; refuses a
+/// store that needs a newer brokkr.
+async fn migrate_conn(
+    conn: &mut sqlx::AnyConnection,
+    migrations: &[Migration],
+) -> Result<(), StoreError> {
+    let supported = to_i64(migrations.len());
+    let (found, compatible_since) = read_version(conn).await?;
+    if found > supported {
+        if compatible_since > supported {
+            return Err(StoreError::SchemaTooNew {
+                found,
+                compatible_since,
+                supported,
+            });
+        }
+        tracing::info!(
+            store_schema = found,
+            schema = supported,
+            "the store's schema is newer than this brokkr's and compatible with it"
+        );
+        return Ok(());
+    }
+    let mut compatible = compatible_since;
+    for (version, migration) in (1..).zip(migrations) {
+        if version <= found {
+            continue;
+        }
+        for statement in &migration.statements {
+            conn.execute(*statement).await?;
+        }
+        if migration.breaks_older {
+            compatible = version;
+        }
+        write_setting(conn, COMPATIBLE_KEY, compatible).await?;
+        write_setting(conn, VERSION_KEY, version).await?;
+        if found > 0 {
+            tracing::info!(from = version - 1, to = version, "store schema migrated");
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqlStore {
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        if self.dialect == Dialect::Postgres {
-            // Replicas starting together must not race on CREATE TABLE.
-            conn.execute("SELECT pg_advisory_lock(72616) ").await?;
-        }
-        let mut result = Ok(());
-        for statement in SCHEMA.iter().chain(orphans::SCHEMA) {
-            if let Err(e) = conn.execute(*statement).await {
-                result = Err(e.into());
-                break;
-            }
-        }
-        if self.dialect == Dialect::Postgres {
-            conn.execute("SELECT pg_advisory_unlock(72616)").await?;
-        }
-        result
+        self.migrate_with(&migrations()).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
