@@ -164,3 +164,49 @@ impl BrokerError {
         text
     }
 }
+/// A JSON decoding error's message with every quoted value replaced by `"…"`: serde quotes the
+/// strings it did not expect (`invalid type: string "s3cret", expected a map`), and a body that
+/// failed to decode may hold credentials, which must never reach a log line or a status.
+pub(crate) fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            out.push(c);
+            continue;
+        }
+        out.push_str("\"…\"");
+        while let Some(inner) = chars.next() {
+            match inner {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => break,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_values;
+
+    #[test]
+    fn decoding_errors_never_carry_the_bodys_values() {
+        let e =
+            serde_json::from_str::<std::collections::HashMap<String, u8>>(r#"{"a": "hunter\"2"}"#)
+                .unwrap_err();
+        let message = without_values(&e.to_string());
+        assert!(!message.contains("hunter"), "{message}");
+        assert!(
+            message.starts_with("invalid type: string \"…\", expected u8"),
+            "{message}"
+        );
+        assert_eq!(
+            without_values("missing field `state`"),
+            "missing field `state`"
+        );
+    }
+}

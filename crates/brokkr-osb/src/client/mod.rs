@@ -551,7 +551,7 @@ impl Client {
         };
         let body = serde_json::from_slice(bytes).map_err(|e| Error::InvalidResponse {
             status,
-            message: e.to_string(),
+            message: error::without_values(&e.to_string()),
         })?;
         Ok(Response {
             status,
