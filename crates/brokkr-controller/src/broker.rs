@@ -408,6 +408,19 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let class_api = broker.class_api(&ctx.client);
     let plan_api = broker.plan_api(&ctx.client);
+    let mut taken = taken_by_others(&class_api, &classes, &broker.name_any()).await?;
+    taken.extend(taken_by_others(&plan_api, &plans, &broker.name_any()).await?);
+    if !taken.is_empty() {
+        return Err(Error::Catalog(format!(
+            "the catalog offers ids whose {} already belong to another broker: {}; a broker never takes over another's classes and plans (give the services and plans ids of their own)",
+            if broker.namespace().is_some() {
+                "ServiceClasses/ServicePlans"
+            } else {
+                "ClusterServiceClasses/ClusterServicePlans"
+            },
+            taken.join(", ")
+        )));
+    }
     let mut class_names = BTreeSet::new();
     for class in classes {
         let name = class.name_any();
@@ -437,6 +450,26 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
         }
     }
     Ok(())
+}
+
+/// The entries of `entries` that exist already, written by a broker other than `broker`, as
+/// `Kind/name (broker …)`.
+async fn taken_by_others<K: CatalogEntry>(
+    api: &Api<K>,
+    entries: &[K],
+    broker: &str,
+) -> Result<Vec<String>, Error> {
+    let mut taken = Vec::new();
+    for entry in entries {
+        let name = entry.name_any();
+        if let Some(existing) = api.get_opt(&name).await?
+            && let Some(owner) = existing.labels().get(BROKER_LABEL)
+            && owner != broker
+        {
+            taken.push(format!("{}/{name} (broker {owner:?})", K::kind(&())));
+        }
+    }
+    Ok(taken)
 }
 
 /// Sets `status.removedFromBrokerCatalog` where it differs.

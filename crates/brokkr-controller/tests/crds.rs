@@ -95,8 +95,8 @@ fn structural_errors(path: &str, node: &Value, errors: &mut Vec<String>) {
 #[test]
 fn every_crd_is_structural_and_served_with_status() {
     let crds = resources::crds();
-    assert_eq!(crds.len(), 8);
-    for crd in &crds {
+    assert_eq!(crds.len(), 12);
+    for crd in crds.iter().filter(|c| c.spec.group != "servicebinding.io") {
         let name = crd.metadata.name.clone().unwrap();
         assert!(name.ends_with(".services.brokkr.dev"), "{name}");
         assert_eq!(crd.spec.group, "services.brokkr.dev");
@@ -126,6 +126,136 @@ fn every_crd_is_structural_and_served_with_status() {
                 .unwrap_or_default()
                 .contains(&"servicecatalog".to_owned())
         );
+    }
+}
+
+#[test]
+fn servicebinding_io_crds_serve_v1beta1_and_store_v1_with_structural_schemas() {
+    let crds: Vec<_> = resources::crds()
+        .into_iter()
+        .filter(|c| c.spec.group == "servicebinding.io")
+        .collect();
+    let names: Vec<_> = crds
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "servicebindings.servicebinding.io",
+            "clusterworkloadresourcemappings.servicebinding.io"
+        ]
+    );
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap();
+        let versions: Vec<_> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        assert_eq!(
+            versions,
+            [("v1", true, true), ("v1beta1", true, false)],
+            "{name}"
+        );
+        for version in &crd.spec.versions {
+            let schema = serde_json::to_value(
+                version
+                    .schema
+                    .as_ref()
+                    .unwrap()
+                    .open_api_v3_schema
+                    .as_ref()
+                    .unwrap(),
+            )
+            .unwrap();
+            let mut errors = Vec::new();
+            structural_errors(&name, &schema, &mut errors);
+            assert!(
+                errors.is_empty(),
+                "{name} is not structural:\n{}",
+                errors.join("\n")
+            );
+            let has_status = version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some();
+            assert_eq!(
+                has_status,
+                crd.spec.names.kind == "ServiceBinding",
+                "{name}"
+            );
+        }
+    }
+}
+
+/// Where `ours` lacks a property of the spec's exemplar schema `theirs`, or types it otherwise.
+fn missing_from(path: &str, theirs: &Value, ours: &Value, errors: &mut Vec<String>) {
+    if theirs.get("type") != ours.get("type") {
+        errors.push(format!(
+            "{path}: type {:?} is {:?}",
+            theirs.get("type"),
+            ours.get("type")
+        ));
+    }
+    for (name, child) in theirs
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        match ours.pointer(&format!("/properties/{name}")) {
+            Some(mine) => missing_from(&format!("{path}.{name}"), child, mine, errors),
+            None => errors.push(format!("{path}.{name}: missing")),
+        }
+    }
+    if let (Some(items), Some(mine)) = (theirs.get("items"), ours.get("items")) {
+        missing_from(&format!("{path}[]"), items, mine, errors);
+    }
+}
+
+#[test]
+fn servicebinding_io_schemas_have_every_field_of_the_spec_exemplars() {
+    for (file, kind) in [
+        ("servicebinding.io_servicebindings.yaml", "ServiceBinding"),
+        (
+            "servicebinding.io_clusterworkloadresourcemappings.yaml",
+            "ClusterWorkloadResourceMapping",
+        ),
+    ] {
+        let path = format!(
+            "{}/tests/servicebinding-spec/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let exemplar: CustomResourceDefinition =
+            serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let ours = resources::crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == kind && c.spec.group == "servicebinding.io")
+            .unwrap();
+        assert_eq!(ours.spec.scope, exemplar.spec.scope, "{kind}");
+        assert_eq!(ours.spec.names.plural, exemplar.spec.names.plural, "{kind}");
+        let theirs = serde_json::to_value(&exemplar.spec.versions[0].schema).unwrap();
+        for version in &ours.spec.versions {
+            let mine = serde_json::to_value(&version.schema).unwrap();
+            let mut errors = Vec::new();
+            // apiVersion, kind and metadata are the API server's.
+            for part in ["spec", "status"] {
+                let at = format!("/openAPIV3Schema/properties/{part}");
+                if let Some(theirs) = theirs.pointer(&at) {
+                    let mine = mine.pointer(&at).unwrap_or(&Value::Null);
+                    missing_from(&format!("{kind}.{part}"), theirs, mine, &mut errors);
+                }
+            }
+            assert!(
+                errors.is_empty(),
+                "{kind} {}:\n{}",
+                version.name,
+                errors.join("\n")
+            );
+        }
     }
 }
 

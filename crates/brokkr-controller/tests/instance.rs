@@ -59,19 +59,13 @@ async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
     let url = slow_broker(seen.clone()).await;
     let fake = FakeCluster::start().await;
     for crd in resources::crds() {
-        let names = &crd.spec.names;
-        fake.add_kind(
-            &crd.spec.group,
-            "v1alpha1",
-            &names.kind,
-            &names.plural,
-            crd.spec.scope == "Namespaced",
-        );
+        fake.add_crd(&crd);
     }
     let ctx = brokkr_controller::Context {
         client: fake.client(),
         metrics: Metrics::default(),
         cluster_id: Some("cluster-1".into()),
+        wait_timeout: brokkr_controller::DEFAULT_WAIT_TIMEOUT,
     };
     let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
     fake.create(
@@ -128,6 +122,9 @@ async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
         body["context"],
         json!({"platform": "kubernetes", "namespace": "default", "instance_name": "db", "clusterid": "cluster-1"})
     );
+    // OSB 2.17 still requires them; brokers built on openbrokerapi refuse a provision without.
+    assert_eq!(body["organization_guid"], "cluster-1");
+    assert_eq!(body["space_guid"], "default");
     let identity = headers["x-broker-api-originating-identity"]
         .to_str()
         .unwrap();

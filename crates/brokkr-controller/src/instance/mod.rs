@@ -1,43 +1,82 @@
-//! The ServiceInstance controller, first part: the class and plan are resolved from the
-//! catalog resources (waiting up to an hour for them to appear), the instance is provisioned with
-//! `accepts_incomplete=true` behind a finalizer, `last_operation` is polled with the broker's
-//! `Retry-After` or a backoff from 1 s doubling to 5 min until the plan's
-//! `maximumPollingDuration` (else 7 days), and deleting the resource deprovisions it, unless
-//! ServiceBindings still name it (then the condition says so and it waits). Not yet: updates,
-//! `parametersFrom`, orphan mitigation, cascade deletion and abandoning.
+//! The ServiceInstance controller.
+//!
+//! - The class and plan are resolved from the catalog resources (waiting up to an hour for them).
+//! - Parameters are `spec.parameters` merged with the Secret keys `spec.parametersFrom` names
+//!   ([`crate::parameters`]); a missing Secret or key waits (`ErrorWithParameters`), a value that
+//!   is not a JSON object or a key given twice fails until the spec or the Secret changes. Status
+//!   only ever holds the parameters with Secret values redacted, and their checksum.
+//! - The instance is provisioned with `accepts_incomplete=true` behind a finalizer
+//!   (`provision.rs`); a provision that timed out, got a 5xx or an unreadable 201/202 is followed
+//!   by deprovision calls until one succeeds (orphan mitigation), then tried again.
+//! - A provisioned instance whose generation, plan or parameter checksum moved is updated
+//!   (`update.rs`): `plan_id` only when the plan changed, `parameters` only when their checksum did,
+//!   and `previous_values`. A change to a `parametersFrom` Secret is seen as a checksum change
+//!   (the controller watches Secrets). A refused update leaves the instance usable as it was
+//!   (`Ready=False`, `UpdateInstanceCallFailed`, no `Failed`).
+//! - Operations are polled (`poll.rs`) with the broker's `Retry-After` or a backoff from 1 s
+//!   doubling to 5 min, until the plan's `maximumPollingDuration` (else 7 days).
+//! - Deleting deprovisions (`delete.rs`), unless ServiceBindings still name the instance; with
+//!   [`CASCADE_DELETE_ANNOTATION`] they are deleted first; with [`ABANDON_ANNOTATION`] the
+//!   finalizer goes without any broker call. A deletion never depends on the parameters'
+//!   Secrets; when the broker, its Secret or the plan is gone, the condition says so and names
+//!   the abandon annotation as the way out.
+//! - Provision, update, deprovision and abandoning are reported as Kubernetes Events (never with
+//!   parameters).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use brokkr_osb::client::{Error as OsbError, Poll, Response};
-use brokkr_osb::messages::{LastOperation, OperationState, ProvisionRequest};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt as _};
-use serde_json::{Map, Value, json};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::{Map, Value};
 
-mod resolve;
+mod delete;
+mod poll;
+mod provision;
+pub(crate) mod resolve;
+mod update;
 
 use resolve::{Resolved, resolve};
 
 use crate::Context;
 use crate::broker::Error;
-use crate::conditions;
+use crate::parameters::{self, Invalid, Parameters};
 use crate::resources::{
-    ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,
-    ServiceInstanceOperation, ServiceInstancePropertiesState, ServiceInstanceStatus,
+    ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
+    ServiceInstanceStatus,
 };
+use crate::{conditions, finalizer, platform};
 
 /// The finalizer that keeps a ServiceInstance until the broker has deprovisioned it.
 pub const FINALIZER: &str = "services.brokkr.dev/service-instance";
-/// How long an instance waits for its class and plan to appear in a catalog.
-const CATALOG_WAIT: Duration = Duration::from_secs(60 * 60);
-/// The longest pause between polls.
-const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
+/// `"true"` on an instance: deleting it first deletes the ServiceBindings that name it.
+pub const CASCADE_DELETE_ANNOTATION: &str = "services.brokkr.dev/cascade-delete";
+/// `"true"` on an instance being deleted: it goes without a deprovision call, and the broker
+/// keeps whatever it provisioned.
+pub const ABANDON_ANNOTATION: &str = "services.brokkr.dev/abandon";
 /// How often to look again at something only a person can change.
 const RECHECK: Duration = Duration::from_secs(10);
+
+/// Condition reasons, as the Service Catalog names them.
+pub(crate) mod reason {
+    pub const PARAMETERS: &str = "ErrorWithParameters";
+    pub const PROVISIONED: &str = "ProvisionedSuccessfully";
+    pub const UPDATED: &str = "InstanceUpdatedSuccessfully";
+    pub const UPDATE_FAILED: &str = "UpdateInstanceCallFailed";
+    pub const UPDATE_ERROR: &str = "ErrorCallingUpdateInstance";
+    pub const ORPHAN_MITIGATION: &str = "StartingInstanceOrphanMitigation";
+    pub const ORPHAN_MITIGATED: &str = "OrphanMitigationSuccessful";
+    pub const DEPROVISIONED: &str = "DeprovisionedSuccessfully";
+    pub const BLOCKED: &str = "DeprovisionBlockedByExistingBindings";
+    pub const CASCADING: &str = "DeletingServiceBindings";
+    pub const NO_BROKER: &str = "ErrorGettingBroker";
+    pub const ABANDONED: &str = "Abandoned";
+}
 
 /// Reconciles one ServiceInstance.
 pub async fn reconcile(instance: Arc<ServiceInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -54,6 +93,59 @@ pub fn error_policy(_: Arc<ServiceInstance>, _: &Error, _: Arc<Context>) -> Acti
     Action::requeue(RECHECK)
 }
 
+/// The ServiceInstance controller, woken also by the Secrets that instances' `parametersFrom`
+/// name.
+pub fn controller(client: &Client) -> Controller<ServiceInstance> {
+    let controller = Controller::new(
+        Api::<ServiceInstance>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    controller.watches(
+        Api::<Secret>::all(client.clone()),
+        watcher::Config::default(),
+        move |secret| named_by_secret(&store, &secret),
+    )
+}
+
+/// The instances (from the controller's store) whose `parametersFrom` names `secret`: a change
+/// to it may change their parameters.
+pub fn named_by_secret(
+    store: &Store<ServiceInstance>,
+    secret: &Secret,
+) -> Vec<ObjectRef<ServiceInstance>> {
+    let (Some(ns), name) = (secret.namespace(), secret.name_any()) else {
+        return Vec::new();
+    };
+    store
+        .state()
+        .iter()
+        .filter(|i| i.namespace().as_deref() == Some(&ns))
+        .filter(|i| {
+            i.spec
+                .parameters_from
+                .iter()
+                .any(|p| p.secret_key_ref.as_ref().is_some_and(|r| r.name == name))
+        })
+        .map(|i| ObjectRef::from_obj(i.as_ref()))
+        .collect()
+}
+
+fn condition_is<'a>(status: &'a ServiceInstanceStatus, type_: &str) -> Option<&'a str> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == ConditionStatus::True)
+        .map(|c| c.reason.as_str())
+}
+
+pub(crate) fn annotated(instance: &ServiceInstance, annotation: &str) -> bool {
+    instance
+        .annotations()
+        .get(annotation)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
 async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {
     let mut status = instance.status.clone().unwrap_or_default();
     let deleting = instance.metadata.deletion_timestamp.is_some();
@@ -61,59 +153,145 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     if deleting && !has_finalizer {
         return Ok(Action::await_change());
     }
+    if deleting && annotated(instance, ABANDON_ANNOTATION) {
+        return delete::abandon(instance, ctx).await;
+    }
     let generation = instance.metadata.generation.unwrap_or_default();
-    if !deleting && !status.async_op_in_progress && status.observed_generation == generation {
-        let done = |t: &str| {
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == t && c.status == ConditionStatus::True)
+    let from_secrets = !instance.spec.parameters_from.is_empty();
+    if !deleting
+        && !status.async_op_in_progress
+        && !status.orphan_mitigation_in_progress
+        && status.observed_generation == generation
+    {
+        // Settled: only a new generation (or, with parametersFrom, a Secret) changes anything.
+        let settled = match condition_is(&status, "Failed") {
+            Some(r) => r != reason::PARAMETERS || !from_secrets,
+            None => {
+                (condition_is(&status, "Ready").is_some()
+                    || status.last_condition_state == reason::UPDATE_FAILED)
+                    && !from_secrets
+            }
         };
-        if done("Ready") || done("Failed") {
+        if settled {
             return Ok(Action::await_change());
         }
     }
 
-    let resolved = match resolve(instance, ctx).await? {
-        Ok(resolved) => resolved,
-        Err(missing) if deleting => {
+    let resolved = match resolve(instance, ctx).await {
+        Ok(Ok(resolved)) => resolved,
+        Ok(Err(missing)) if deleting => {
             // Nothing can be deprovisioned without a plan: only an instance never provisioned goes.
-            if status.provision_status != Some(ProvisionStatus::Provisioned)
-                && !status.async_op_in_progress
-            {
-                remove_finalizer(instance, ctx).await?;
-                return Ok(Action::await_change());
-            }
-            return Err(Error::Catalog(format!("cannot deprovision: {missing}")));
+            return delete::without_broker(instance, ctx, status, missing).await;
         }
-        Err(missing) => return wait_for_catalog(instance, ctx, status, missing).await,
+        Err(e) if deleting => {
+            return delete::without_broker(instance, ctx, status, e.to_string()).await;
+        }
+        Ok(Err(missing)) => return wait_for_catalog(instance, ctx, status, missing).await,
+        Err(e) => return Err(e),
     };
     status.user_specified_class_name = Some(resolved.class_display.clone());
     status.user_specified_plan_name = Some(resolved.plan_display.clone());
-    status.observed_generation = generation;
 
     if status.async_op_in_progress {
-        return poll(instance, ctx, status, &resolved).await;
+        return poll::poll(instance, ctx, status, &resolved).await;
     }
-    if deleting {
-        return deprovision(instance, ctx, status, &resolved).await;
+    if deleting || status.orphan_mitigation_in_progress {
+        return delete::deprovision(instance, ctx, status, &resolved).await;
     }
+    status.observed_generation = generation;
     if !has_finalizer {
         add_finalizer(instance, ctx).await?;
     }
-    if status.provision_status != Some(ProvisionStatus::Provisioned) {
-        return provision(instance, ctx, status, &resolved).await;
+    let parameters = match parameters::build(
+        &ctx.client,
+        &instance.namespace().unwrap_or_default(),
+        instance.spec.parameters.as_ref(),
+        &instance.spec.parameters_from,
+    )
+    .await?
+    {
+        Ok(parameters) => parameters,
+        Err(invalid) => return parameters_invalid(instance, ctx, status, &invalid).await,
+    };
+    if condition_is(&status, "Failed") == Some(reason::PARAMETERS) {
+        status.conditions.retain(|c| c.type_ != "Failed");
     }
-    // Provisioned and the spec changed: updates are not built yet.
+    if status.provision_status != Some(ProvisionStatus::Provisioned) {
+        return provision::provision(instance, ctx, status, &resolved, &parameters).await;
+    }
+    if let Some(change) = update::change(instance, &status, &resolved, &parameters) {
+        return update::update(instance, ctx, status, &resolved, &parameters, change).await;
+    }
+    // The broker has what the spec asks for.
+    if condition_is(&status, "Ready").is_none() {
+        set(
+            &mut status,
+            "Ready",
+            ConditionStatus::True,
+            reason::PROVISIONED,
+            "The instance is provisioned and up to date",
+        );
+    }
+    write_status(instance, ctx, &status).await?;
+    Ok(Action::await_change())
+}
+
+/// The parameters cannot be built: a Secret (or key) yet to come waits; anything else fails
+/// until the spec or a Secret changes. The message never holds a parameter's value.
+async fn parameters_invalid(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    invalid: &Invalid,
+) -> Result<Action, Error> {
+    let message = invalid.to_string();
+    if invalid.waits() {
+        set(
+            &mut status,
+            "Ready",
+            ConditionStatus::False,
+            reason::PARAMETERS,
+            format!("{message}; waiting for it"),
+        );
+        write_status(instance, ctx, &status).await?;
+        return Ok(Action::requeue(RECHECK));
+    }
+    if !ready_says(&status, reason::PARAMETERS, &message) {
+        event(
+            ctx,
+            instance,
+            EventType::Warning,
+            reason::PARAMETERS,
+            &message,
+        )
+        .await;
+    }
+    if status.provision_status != Some(ProvisionStatus::Provisioned) {
+        set(
+            &mut status,
+            "Failed",
+            ConditionStatus::True,
+            reason::PARAMETERS,
+            message.clone(),
+        );
+    }
     set(
         &mut status,
         "Ready",
-        ConditionStatus::True,
-        "ProvisionedSuccessfully",
-        "The instance was provisioned successfully; changing it is not supported yet.",
+        ConditionStatus::False,
+        reason::PARAMETERS,
+        message,
     );
     write_status(instance, ctx, &status).await?;
     Ok(Action::await_change())
+}
+
+/// Whether the Ready condition already says this (so that an event is sent once).
+fn ready_says(status: &ServiceInstanceStatus, reason: &str, message: &str) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message)
 }
 
 /// The class or plan is not in a catalog: wait, up to an hour after the controller first found
@@ -134,13 +312,16 @@ async fn wait_for_catalog(
         .and_then(|c| c.last_transition_time.as_ref())
         .map_or_else(Timestamp::now, |t| t.0);
     let waited = Timestamp::now().duration_since(since);
-    if waited > k8s_openapi::jiff::SignedDuration::try_from(CATALOG_WAIT).unwrap_or_default() {
+    if waited > k8s_openapi::jiff::SignedDuration::try_from(ctx.wait_timeout).unwrap_or_default() {
         set(
             &mut status,
             "Failed",
             ConditionStatus::True,
             reason,
-            format!("{missing}, after waiting 1h"),
+            format!(
+                "{missing}, after waiting {}",
+                platform::humanize(ctx.wait_timeout)
+            ),
         );
         set(
             &mut status,
@@ -164,7 +345,7 @@ async fn wait_for_catalog(
 }
 
 /// The OSB instance id: `spec.externalID`, else the resource's uid.
-fn instance_id(instance: &ServiceInstance) -> String {
+pub(crate) fn instance_id(instance: &ServiceInstance) -> String {
     instance
         .spec
         .external_id
@@ -172,35 +353,10 @@ fn instance_id(instance: &ServiceInstance) -> String {
         .unwrap_or_else(|| instance.uid().unwrap_or_default())
 }
 
-async fn provision(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    resolved: &Resolved,
-) -> Result<Action, Error> {
-    let parameters = match &instance.spec.parameters {
-        None => None,
-        Some(Value::Object(map)) => Some(map.clone()),
-        Some(_) => {
-            let reason = "InvalidParameters";
-            set(
-                &mut status,
-                "Failed",
-                ConditionStatus::True,
-                reason,
-                "spec.parameters must be a JSON object",
-            );
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
-                reason,
-                "spec.parameters must be a JSON object",
-            );
-            write_status(instance, ctx, &status).await?;
-            return Ok(Action::await_change());
-        }
-    };
+/// The OSB `context` of provisions and updates.
+/// The OSB `context` of requests about `instance`: `{platform: kubernetes, namespace,
+/// instance_name, clusterid}`.
+pub(crate) fn osb_context(instance: &ServiceInstance, ctx: &Context) -> Map<String, Value> {
     let mut context = Map::new();
     context.insert("platform".into(), "kubernetes".into());
     context.insert(
@@ -211,59 +367,21 @@ async fn provision(
     if let Some(id) = &ctx.cluster_id {
         context.insert("clusterid".into(), id.clone().into());
     }
-    let request = ProvisionRequest {
-        service_id: resolved.class.external_id.clone(),
-        plan_id: resolved.plan.external_id.clone(),
-        context: Some(context),
-        parameters: parameters.clone(),
-        ..ProvisionRequest::default()
-    };
-    let answer = resolved
-        .osb
-        .provision(&instance_id(instance), &request, true)
-        .await;
-    ctx.metrics.osb_call("provision", &answer);
-    let properties = ServiceInstancePropertiesState {
-        parameters: parameters.map(Value::Object),
-        user_info: instance.spec.user_info.clone(),
-        ..plan_properties(resolved)
-    };
-    match answer {
-        Ok(response) if response.is_async() => {
-            status.async_op_in_progress = true;
-            status.current_operation = Some(ServiceInstanceOperation::Provision);
-            status.last_operation = response.body.operation.clone();
-            status.operation_start_time = Some(Time(Timestamp::now()));
-            status.in_progress_properties = Some(properties);
-            status.deprovision_status = Some(DeprovisionStatus::Required);
-            status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
-                "Provisioning",
-                "The instance is being provisioned asynchronously",
-            );
-            write_status(instance, ctx, &status).await?;
-            Ok(Action::requeue(
-                response.retry_after.unwrap_or(Duration::from_secs(1)),
-            ))
-        }
-        Ok(response) => {
-            status.dashboard_url = response.body.dashboard_url.clone();
-            status.in_progress_properties = Some(properties);
-            provisioned(instance, ctx, status).await
-        }
-        Err(e) => call_failed(instance, ctx, status, "Provision", e).await,
-    }
+    context
 }
 
-fn plan_properties(resolved: &Resolved) -> ServiceInstancePropertiesState {
+/// What a provision or update sends, as status keeps it: the plan, the parameters redacted and
+/// their checksum, who asked.
+fn properties(
+    instance: &ServiceInstance,
+    resolved: &Resolved,
+    parameters: &Parameters,
+) -> ServiceInstancePropertiesState {
     let (name, id) = (
         Some(resolved.plan.external_name.clone()),
         Some(resolved.plan.external_id.clone()),
     );
-    if resolved.cluster {
+    let plan = if resolved.cluster {
         ServiceInstancePropertiesState {
             cluster_service_plan_external_name: name,
             cluster_service_plan_external_id: id,
@@ -275,49 +393,21 @@ fn plan_properties(resolved: &Resolved) -> ServiceInstancePropertiesState {
             service_plan_external_id: id,
             ..Default::default()
         }
+    };
+    ServiceInstancePropertiesState {
+        parameters: parameters.redacted.clone(),
+        parameter_checksum: parameters.checksum.clone(),
+        user_info: instance.spec.user_info.clone(),
+        ..plan
     }
 }
 
-async fn provisioned(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-) -> Result<Action, Error> {
-    status.provision_status = Some(ProvisionStatus::Provisioned);
-    status.deprovision_status = Some(DeprovisionStatus::Required);
-    status.external_properties = status.in_progress_properties.take();
-    status.reconciled_generation = status.observed_generation;
-    end_operation(&mut status);
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::True,
-        "ProvisionedSuccessfully",
-        "The instance was provisioned successfully",
-    );
-    write_status(instance, ctx, &status).await?;
-    Ok(Action::await_change())
-}
-
-/// Ends the operation as failed: `Ready=False` with `reason`, and `Failed=True` unless it was a
-/// deprovision (which is retried).
-fn record_failure(
-    status: &mut ServiceInstanceStatus,
-    reason: &str,
-    message: String,
-    deprovisioning: bool,
-) {
-    end_operation(status);
-    if !deprovisioning {
-        set(
-            status,
-            "Failed",
-            ConditionStatus::True,
-            reason,
-            message.clone(),
-        );
-    }
-    set(status, "Ready", ConditionStatus::False, reason, message);
+/// The plan id recorded in `properties`, of either scope.
+fn plan_id(properties: &ServiceInstancePropertiesState) -> Option<&str> {
+    properties
+        .cluster_service_plan_external_id
+        .as_deref()
+        .or(properties.service_plan_external_id.as_deref())
 }
 
 fn end_operation(status: &mut ServiceInstanceStatus) {
@@ -326,229 +416,6 @@ fn end_operation(status: &mut ServiceInstanceStatus) {
     status.last_operation = None;
     status.operation_start_time = None;
     status.in_progress_properties = None;
-}
-
-/// A call the broker refused or could not answer. 400, 409 and 422 are terminal for a provision;
-/// anything else is tried again.
-async fn call_failed(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    verb: &str,
-    e: OsbError,
-) -> Result<Action, Error> {
-    let reason = format!("{verb}CallFailed");
-    let terminal = matches!(e.status().map(|s| s.as_u16()), Some(400 | 409 | 422));
-    let message = format!("{verb} call failed: {e}");
-    end_operation(&mut status);
-    if verb == "Deprovision" {
-        status.deprovision_status = Some(DeprovisionStatus::Failed);
-    } else if terminal {
-        status.deprovision_status = Some(DeprovisionStatus::NotRequired);
-        set(
-            &mut status,
-            "Failed",
-            ConditionStatus::True,
-            &reason,
-            message.clone(),
-        );
-    } else {
-        status.deprovision_status = Some(DeprovisionStatus::Required);
-    }
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        &reason,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    Ok(if terminal && verb != "Deprovision" {
-        Action::await_change()
-    } else {
-        Action::requeue(RECHECK)
-    })
-}
-
-/// Polls the operation in progress.
-async fn poll(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    resolved: &Resolved,
-) -> Result<Action, Error> {
-    let deprovisioning = status.current_operation == Some(ServiceInstanceOperation::Deprovision);
-    let mut poll = Poll::instance(instance_id(instance))
-        .operation(status.last_operation.clone())
-        .plan(resolved.plan_ref());
-    if deprovisioning {
-        poll = poll.deleting();
-    }
-    let answer = resolved.osb.last_operation(&poll).await;
-    ctx.metrics.osb_call("last_operation", &answer);
-    let last = match answer {
-        Ok(Response {
-            body, retry_after, ..
-        }) => (body, retry_after),
-        Err(e) if deprovisioning && e.status().is_some_and(|s| s.as_u16() == 410) => (
-            LastOperation {
-                state: OperationState::Succeeded,
-                description: None,
-                instance_usable: None,
-                update_repeatable: None,
-            },
-            None,
-        ),
-        Err(e) => return Err(e.into()),
-    };
-    let (operation, retry_after) = last;
-    let verb = if deprovisioning {
-        "Deprovision"
-    } else {
-        "Provision"
-    };
-    match operation.state {
-        OperationState::InProgress => {
-            let started = status
-                .operation_start_time
-                .as_ref()
-                .map_or_else(Timestamp::now, |t| t.0);
-            let elapsed: Duration = Timestamp::now()
-                .duration_since(started)
-                .try_into()
-                .unwrap_or_default();
-            if elapsed > resolved.max_polling() {
-                let message = format!(
-                    "the broker did not finish the {} within {}s",
-                    verb.to_lowercase(),
-                    resolved.max_polling().as_secs()
-                );
-                let reason = format!("{verb}TimedOut");
-                record_failure(&mut status, &reason, message, deprovisioning);
-                write_status(instance, ctx, &status).await?;
-                return Ok(Action::await_change());
-            }
-            let description = operation
-                .description
-                .unwrap_or_else(|| format!("{verb} in progress"));
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
-                &format!("{verb}ing"),
-                description,
-            );
-            write_status(instance, ctx, &status).await?;
-            Ok(Action::requeue(
-                retry_after.unwrap_or_else(|| backoff(elapsed)),
-            ))
-        }
-        OperationState::Succeeded if deprovisioning => {
-            end_operation(&mut status);
-            status.provision_status = Some(ProvisionStatus::NotProvisioned);
-            status.deprovision_status = Some(DeprovisionStatus::Succeeded);
-            write_status(instance, ctx, &status).await?;
-            remove_finalizer(instance, ctx).await?;
-            Ok(Action::await_change())
-        }
-        OperationState::Succeeded => provisioned(instance, ctx, status).await,
-        OperationState::Failed => {
-            let reason = format!("{verb}CallFailed");
-            let message = format!(
-                "{verb} failed: {}",
-                operation
-                    .description
-                    .unwrap_or_else(|| "the broker gave no reason".into())
-            );
-            if deprovisioning {
-                status.deprovision_status = Some(DeprovisionStatus::Failed);
-            }
-            record_failure(&mut status, &reason, message, deprovisioning);
-            write_status(instance, ctx, &status).await?;
-            Ok(if deprovisioning {
-                Action::requeue(RECHECK)
-            } else {
-                Action::await_change()
-            })
-        }
-    }
-}
-
-/// The pause before the next poll: as long as the operation has run so far, from 1 s to 5 min,
-/// so that pauses double.
-fn backoff(elapsed: Duration) -> Duration {
-    elapsed.clamp(Duration::from_secs(1), MAX_BACKOFF)
-}
-
-async fn deprovision(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    resolved: &Resolved,
-) -> Result<Action, Error> {
-    let ns = instance.namespace().unwrap_or_default();
-    let bindings = Api::<ServiceBinding>::namespaced(ctx.client.clone(), &ns)
-        .list(&Default::default())
-        .await?;
-    let names: Vec<String> = bindings
-        .into_iter()
-        .filter(|b| b.spec.instance_ref.name == instance.name_any())
-        .map(|b| b.name_any())
-        .collect();
-    if !names.is_empty() {
-        let message = format!(
-            "delete the ServiceBindings of this instance first: {}",
-            names.join(", ")
-        );
-        set(
-            &mut status,
-            "Ready",
-            ConditionStatus::False,
-            "DeprovisionBlockedByExistingBindings",
-            message,
-        );
-        write_status(instance, ctx, &status).await?;
-        return Ok(Action::requeue(RECHECK));
-    }
-    if matches!(
-        status.deprovision_status,
-        None | Some(DeprovisionStatus::NotRequired)
-    ) {
-        remove_finalizer(instance, ctx).await?;
-        return Ok(Action::await_change());
-    }
-    let answer = resolved
-        .osb
-        .deprovision(&instance_id(instance), &resolved.plan_ref(), true)
-        .await;
-    ctx.metrics.osb_call("deprovision", &answer);
-    match answer {
-        Ok(response) if response.is_async() => {
-            status.async_op_in_progress = true;
-            status.current_operation = Some(ServiceInstanceOperation::Deprovision);
-            status.last_operation = response.body.operation.clone();
-            status.operation_start_time = Some(Time(Timestamp::now()));
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
-                "Deprovisioning",
-                "The instance is being deprovisioned asynchronously",
-            );
-            write_status(instance, ctx, &status).await?;
-            Ok(Action::requeue(
-                response.retry_after.unwrap_or(Duration::from_secs(1)),
-            ))
-        }
-        Ok(_) => {
-            status.provision_status = Some(ProvisionStatus::NotProvisioned);
-            status.deprovision_status = Some(DeprovisionStatus::Succeeded);
-            write_status(instance, ctx, &status).await?;
-            remove_finalizer(instance, ctx).await?;
-            Ok(Action::await_change())
-        }
-        Err(e) => call_failed(instance, ctx, status, "Deprovision", e).await,
-    }
 }
 
 fn set(
@@ -568,6 +435,26 @@ fn set(
     }
 }
 
+/// Publishes a Kubernetes Event about `instance`; `note` must never hold parameters.
+async fn event(
+    ctx: &Context,
+    instance: &ServiceInstance,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let action = if reason.starts_with("Deprovision") || reason == reason::ABANDONED {
+        "Deprovision"
+    } else if reason.contains("Update") {
+        "Update"
+    } else if reason.contains("Provision") || reason.contains("OrphanMitigation") {
+        "Provision"
+    } else {
+        "Reconcile"
+    };
+    platform::event(ctx, instance, type_, reason, note, action).await;
+}
+
 /// Writes the status if it changed (a write wakes the controller again); fields of an operation
 /// that ended are cleared.
 async fn write_status(
@@ -575,28 +462,19 @@ async fn write_status(
     ctx: &Context,
     status: &ServiceInstanceStatus,
 ) -> Result<(), Error> {
-    if instance.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let mut value = serde_json::to_value(status).unwrap_or_default();
-    if let Some(fields) = value.as_object_mut() {
-        for cleared in [
+    Ok(crate::status::write(
+        &api(instance, ctx),
+        instance,
+        instance.status.as_ref(),
+        status,
+        &[
             "lastOperation",
             "currentOperation",
             "operationStartTime",
             "inProgressProperties",
-        ] {
-            fields.entry(cleared).or_insert(Value::Null);
-        }
-    }
-    api(instance, ctx)
-        .patch_status(
-            &instance.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": value })),
-        )
-        .await?;
-    Ok(())
+        ],
+    )
+    .await?)
 }
 
 fn api(instance: &ServiceInstance, ctx: &Context) -> Api<ServiceInstance> {
@@ -606,54 +484,10 @@ fn api(instance: &ServiceInstance, ctx: &Context) -> Api<ServiceInstance> {
     )
 }
 
-/// Sets the finalizers, failing with a conflict if they changed since the instance was read.
-async fn set_finalizers(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    finalizers: Vec<String>,
-) -> Result<(), Error> {
-    let current = instance.metadata.finalizers.clone();
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/finalizers", "value": current},
-        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-    ]))
-    .expect("a JSON patch");
-    api(instance, ctx)
-        .patch(
-            &instance.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await?;
-    Ok(())
-}
-
 async fn add_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
-    let mut finalizers = instance.finalizers().to_vec();
-    finalizers.push(FINALIZER.into());
-    set_finalizers(instance, ctx, finalizers).await
+    Ok(finalizer::add(&api(instance, ctx), instance, FINALIZER).await?)
 }
 
 async fn remove_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
-    let finalizers = instance
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    set_finalizers(instance, ctx, finalizers).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn polls_back_off_from_one_second_doubling_to_five_minutes() {
-        assert_eq!(backoff(Duration::ZERO), Duration::from_secs(1));
-        assert_eq!(backoff(Duration::from_secs(1)), Duration::from_secs(1));
-        // Waiting as long as it has run doubles the time run: 1, 2, 4, 8 … seconds.
-        assert_eq!(backoff(Duration::from_secs(4)), Duration::from_secs(4));
-        assert_eq!(backoff(Duration::from_secs(3600)), Duration::from_secs(300));
-    }
+    Ok(finalizer::remove(&api(instance, ctx), instance, FINALIZER).await?)
 }

@@ -20,7 +20,7 @@ use crate::resources::{
 const DEFAULT_MAX_POLLING: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// The plan an instance names, found in a catalog, and the broker that offers it.
-pub(super) struct Resolved {
+pub(crate) struct Resolved {
     pub osb: OsbClient,
     pub class: CommonServiceClassSpec,
     pub plan: CommonServicePlanSpec,
@@ -155,14 +155,27 @@ async fn catalog(
     })
 }
 
-/// Finds the class and plan the spec names, and a client of their broker. `Ok(Err(message))`
-/// when the catalog does not (yet) have them.
-pub(super) async fn resolve(
-    instance: &ServiceInstance,
-    ctx: &Context,
-) -> Result<Result<Resolved, String>, Error> {
+/// The broker resource whose catalog holds the instance's class, e.g. `ClusterServiceBroker/db`,
+/// found without calling it: what an abandoned instance leaves behind.
+pub(crate) async fn broker_of(instance: &ServiceInstance, ctx: &Context) -> Option<String> {
+    let (cluster, class_by, _) = named(instance);
+    let (classes, _) = catalog(ctx, cluster, &instance.namespace().unwrap_or_default())
+        .await
+        .ok()?;
+    let class = classes
+        .into_iter()
+        .find(|c| class_by.matches(&c.name, &c.spec.external_name, &c.spec.external_id))?;
+    let kind = if cluster {
+        "ClusterServiceBroker"
+    } else {
+        "ServiceBroker"
+    };
+    Some(format!("{kind}/{}", class.broker))
+}
+
+/// Whether the spec names cluster-scoped catalog resources, and how it names the class and plan.
+fn named(instance: &ServiceInstance) -> (bool, Named, Named) {
     let spec = &instance.spec;
-    let ns = instance.namespace().unwrap_or_default();
     let cluster = spec.cluster_service_class_external_name.is_some()
         || spec.cluster_service_class_external_id.is_some()
         || spec.cluster_service_class_name.is_some();
@@ -193,6 +206,18 @@ pub(super) async fn resolve(
             ),
         )
     };
+    (cluster, class_by, plan_by)
+}
+
+/// Finds the class and plan the spec names, and a client of their broker. `Ok(Err(message))`
+/// when the catalog does not (yet) have them.
+pub(crate) async fn resolve(
+    instance: &ServiceInstance,
+    ctx: &Context,
+) -> Result<Result<Resolved, String>, Error> {
+    let spec = &instance.spec;
+    let ns = instance.namespace().unwrap_or_default();
+    let (cluster, class_by, plan_by) = named(instance);
     let (Some(class_wanted), Some(plan_wanted)) = (class_by.wanted(), plan_by.wanted()) else {
         return Ok(Err("the spec names no class or no plan".into()));
     };

@@ -2,6 +2,9 @@
 //! of the Kubernetes Service Catalog's `servicecatalog.k8s.io/v1beta1` API, so that existing
 //! manifests port by changing `apiVersion` only.
 //!
+//! [`UsageKind`] and [`ServiceBindingUsage`] (Kyma's fields) are in the same group;
+//! [`servicebinding_io`] has the Service Binding Specification's own resources.
+//!
 //! Their schemas are generated from these types (kube-derive and schemars) and are structural:
 //! free-form fields (`parameters`, JSON schemas, external metadata) keep unknown fields.
 
@@ -14,6 +17,9 @@ mod broker;
 mod catalog;
 #[allow(clippy::duplicated_attributes)]
 mod instance;
+pub mod servicebinding_io;
+#[allow(clippy::duplicated_attributes)]
+mod usage;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,6 +46,11 @@ pub use instance::{
     DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstancePropertiesState, ServiceInstanceSpec, ServiceInstanceStatus,
 };
+pub use usage::{
+    EnvPrefix, InjectedTarget, ServiceBindingUsage, ServiceBindingUsageSpec,
+    ServiceBindingUsageStatus, UsageCondition, UsageKind, UsageKindContainer, UsageKindResource,
+    UsageKindSpec, UsageKindStatus, UsageParameters, UsedBy, WorkloadMapping,
+};
 
 /// The API group of every brokkr service resource.
 pub const GROUP: &str = "services.brokkr.dev";
@@ -57,6 +68,10 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ServicePlan::crd(),
         ServiceInstance::crd(),
         ServiceBinding::crd(),
+        UsageKind::crd(),
+        ServiceBindingUsage::crd(),
+        servicebinding_io::service_binding_crd(),
+        servicebinding_io::cluster_workload_resource_mapping_crd(),
     ]
 }
 

@@ -1,0 +1,63 @@
+//! Adding and removing a controller's finalizer on any resource, with a JSON patch whose `test`
+//! on the current list makes a concurrent change fail with a conflict instead of being lost.
+
+use std::fmt::Debug;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt as _};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// Whether `object` carries `finalizer`.
+pub fn has<K: Resource>(object: &K, finalizer: &str) -> bool {
+    object.finalizers().iter().any(|f| f == finalizer)
+}
+
+/// Adds `finalizer` to `object` through `api`, if it is not there yet.
+pub async fn add<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if has(object, finalizer) {
+        return Ok(());
+    }
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(finalizer.to_owned());
+    set(api, object, finalizers).await
+}
+
+/// Removes `finalizer` from `object` through `api`, if it is there.
+pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if !has(object, finalizer) {
+        return Ok(());
+    }
+    let finalizers = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    set(api, object, finalizers).await
+}
+
+async fn set<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let current = object.meta().finalizers.clone();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": current},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]))
+    .expect("a JSON patch");
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! Deleting a ServiceInstance: its ServiceBindings first (they block it, or with the
+//! cascade-delete annotation are deleted), then a deprovision call; the abandon annotation
+//! releases it without any broker call. The deprovision calls of an orphan mitigation are made
+//! here too.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DeleteParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt as _};
+
+use super::{
+    ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION, RECHECK, annotated, end_operation, event,
+    instance_id, provision, reason, remove_finalizer, set, write_status,
+};
+use crate::Context;
+use crate::broker::Error;
+use crate::instance::resolve::{Resolved, broker_of};
+use crate::resources::{
+    ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,
+    ServiceInstanceOperation, ServiceInstanceStatus,
+};
+
+/// Deprovisions the instance being deleted, or the orphan of a failed provision.
+pub(super) async fn deprovision(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    resolved: &Resolved,
+) -> Result<Action, Error> {
+    let deleting = instance.metadata.deletion_timestamp.is_some();
+    if deleting && let Some(action) = bindings_in_the_way(instance, ctx, &mut status).await? {
+        return Ok(action);
+    }
+    if deleting
+        && !status.orphan_mitigation_in_progress
+        && matches!(
+            status.deprovision_status,
+            None | Some(DeprovisionStatus::NotRequired)
+        )
+    {
+        remove_finalizer(instance, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    let answer = resolved
+        .osb
+        .deprovision(&instance_id(instance), &resolved.plan_ref(), true)
+        .await;
+    ctx.metrics.osb_call("deprovision", &answer);
+    match answer {
+        Ok(response) if response.is_async() => {
+            status.async_op_in_progress = true;
+            status.current_operation = Some(ServiceInstanceOperation::Deprovision);
+            status.last_operation = response.body.operation.clone();
+            status.operation_start_time = Some(Time(Timestamp::now()));
+            if !status.orphan_mitigation_in_progress {
+                set(
+                    &mut status,
+                    "Ready",
+                    ConditionStatus::False,
+                    "Deprovisioning",
+                    "The instance is being deprovisioned asynchronously",
+                );
+            }
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::requeue(
+                response.retry_after.unwrap_or(Duration::from_secs(1)),
+            ))
+        }
+        Ok(_) => deprovisioned(instance, ctx, status).await,
+        Err(e) => {
+            let reason = "DeprovisionCallFailed";
+            let message = format!("Deprovision call failed: {e}");
+            end_operation(&mut status);
+            status.deprovision_status = Some(DeprovisionStatus::Failed);
+            let message = if deleting {
+                format!(
+                    "{message}; to remove the resource without deprovisioning, annotate it \
+                     {ABANDON_ANNOTATION}=true"
+                )
+            } else {
+                message
+            };
+            if !super::ready_says(&status, reason, &message) {
+                event(ctx, instance, EventType::Warning, reason, &message).await;
+            }
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                reason,
+                message,
+            );
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::requeue(RECHECK))
+        }
+    }
+}
+
+/// The broker deprovisioned the instance: the resource goes, or (orphan mitigation) the
+/// provision is tried again.
+pub(super) async fn deprovisioned(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+) -> Result<Action, Error> {
+    if status.orphan_mitigation_in_progress && instance.metadata.deletion_timestamp.is_none() {
+        return provision::orphan_mitigated(instance, ctx, status).await;
+    }
+    end_operation(&mut status);
+    status.orphan_mitigation_in_progress = false;
+    status.provision_status = Some(ProvisionStatus::NotProvisioned);
+    status.deprovision_status = Some(DeprovisionStatus::Succeeded);
+    let message = "The instance was deprovisioned successfully";
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason::DEPROVISIONED,
+        message,
+    );
+    write_status(instance, ctx, &status).await?;
+    event(
+        ctx,
+        instance,
+        EventType::Normal,
+        reason::DEPROVISIONED,
+        message,
+    )
+    .await;
+    remove_finalizer(instance, ctx).await?;
+    Ok(Action::await_change())
+}
+
+/// ServiceBindings that name the instance block its deletion; with the cascade-delete annotation
+/// they are deleted, and the instance waits for them to go.
+async fn bindings_in_the_way(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    status: &mut ServiceInstanceStatus,
+) -> Result<Option<Action>, Error> {
+    let ns = instance.namespace().unwrap_or_default();
+    let api = Api::<ServiceBinding>::namespaced(ctx.client.clone(), &ns);
+    let bindings = crate::binding::bindings_of(&ctx.client, &ns, &instance.name_any()).await?;
+    if bindings.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<String> = bindings.iter().map(|b| b.name_any()).collect();
+    let (reason, message) = if annotated(instance, CASCADE_DELETE_ANNOTATION) {
+        for binding in &bindings {
+            if binding.metadata.deletion_timestamp.is_none() {
+                match api
+                    .delete(&binding.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        (
+            reason::CASCADING,
+            format!(
+                "deleting the ServiceBindings of this instance first: {}",
+                names.join(", ")
+            ),
+        )
+    } else {
+        (
+            reason::BLOCKED,
+            format!(
+                "delete the ServiceBindings of this instance first (or annotate it \
+                 {CASCADE_DELETE_ANNOTATION}=true): {}",
+                names.join(", ")
+            ),
+        )
+    };
+    set(status, "Ready", ConditionStatus::False, reason, message);
+    write_status(instance, ctx, status).await?;
+    Ok(Some(Action::requeue(RECHECK)))
+}
+
+/// The instance is being deleted and its class, plan or broker cannot be had (e.g. the broker
+/// resource or its Secret is gone): one never provisioned goes; otherwise the condition says
+/// why it waits, and that the abandon annotation releases it.
+pub(super) async fn without_broker(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    why: String,
+) -> Result<Action, Error> {
+    let provisioned = status.provision_status == Some(ProvisionStatus::Provisioned)
+        || status.async_op_in_progress
+        || status.orphan_mitigation_in_progress
+        || matches!(
+            status.deprovision_status,
+            Some(DeprovisionStatus::Required | DeprovisionStatus::Failed)
+        );
+    if !provisioned {
+        remove_finalizer(instance, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    let message = format!(
+        "cannot deprovision: {why}; to remove the resource without deprovisioning, annotate it \
+         {ABANDON_ANNOTATION}=true"
+    );
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason::NO_BROKER,
+        message,
+    );
+    write_status(instance, ctx, &status).await?;
+    Ok(Action::requeue(RECHECK))
+}
+
+/// Releases the instance without any broker call, and says what the broker keeps.
+pub(super) async fn abandon(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {
+    let status = instance.status.clone().unwrap_or_default();
+    let kept = status.provision_status == Some(ProvisionStatus::Provisioned)
+        || status.async_op_in_progress
+        || status.orphan_mitigation_in_progress
+        || matches!(
+            status.deprovision_status,
+            Some(DeprovisionStatus::Required | DeprovisionStatus::Failed)
+        );
+    let broker = broker_of(instance, ctx)
+        .await
+        .unwrap_or_else(|| "its broker (no longer known)".into());
+    let message = if kept {
+        format!(
+            "abandoned without deprovisioning: {broker} keeps OSB instance {}",
+            instance_id(instance)
+        )
+    } else {
+        format!(
+            "abandoned; OSB instance {} at {broker} was never provisioned",
+            instance_id(instance)
+        )
+    };
+    event(
+        ctx,
+        instance,
+        EventType::Warning,
+        reason::ABANDONED,
+        &message,
+    )
+    .await;
+    tracing::info!(namespace = %instance.namespace().unwrap_or_default(), instance = %instance.name_any(), "{message}");
+    remove_finalizer(instance, ctx).await?;
+    Ok(Action::await_change())
+}

@@ -1,0 +1,159 @@
+//! Polling the operation in progress (provision, update, deprovision or the deprovision of an
+//! orphan mitigation) until it ends or outlives the plan's maximum polling duration.
+
+use brokkr_osb::client::{Poll, Response};
+use brokkr_osb::messages::{LastOperation, OperationState};
+use kube::runtime::controller::Action;
+
+use super::{RECHECK, delete, end_operation, instance_id, provision, set, update, write_status};
+use crate::broker::Error;
+use crate::instance::resolve::Resolved;
+use crate::resources::{
+    ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,
+    ServiceInstanceStatus,
+};
+use crate::{Context, platform};
+
+/// Polls the operation in progress.
+pub(super) async fn poll(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    resolved: &Resolved,
+) -> Result<Action, Error> {
+    let operation = status
+        .current_operation
+        .unwrap_or(ServiceInstanceOperation::Provision);
+    let deprovisioning = operation == ServiceInstanceOperation::Deprovision;
+    let mut poll = Poll::instance(instance_id(instance))
+        .operation(status.last_operation.clone())
+        .plan(resolved.plan_ref());
+    if deprovisioning {
+        poll = poll.deleting();
+    }
+    let answer = resolved.osb.last_operation(&poll).await;
+    ctx.metrics.osb_call("last_operation", &answer);
+    let (last, retry_after) = match answer {
+        Ok(Response {
+            body, retry_after, ..
+        }) => (body, retry_after),
+        Err(e) if deprovisioning && e.status().is_some_and(|s| s.as_u16() == 410) => (
+            LastOperation {
+                state: OperationState::Succeeded,
+                description: None,
+                instance_usable: None,
+                update_repeatable: None,
+            },
+            None,
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    let verb = match operation {
+        ServiceInstanceOperation::Provision => "Provision",
+        ServiceInstanceOperation::Update => "Update",
+        ServiceInstanceOperation::Deprovision => "Deprovision",
+    };
+    match last.state {
+        OperationState::InProgress => {
+            let elapsed = platform::elapsed_since(status.operation_start_time.as_ref());
+            if elapsed > resolved.max_polling() {
+                let message = format!(
+                    "the broker did not finish the {} within {}",
+                    verb.to_lowercase(),
+                    platform::humanize(resolved.max_polling())
+                );
+                return ended_badly(instance, ctx, status, operation, "TimedOut", message).await;
+            }
+            let description = last
+                .description
+                .unwrap_or_else(|| format!("{verb} in progress"));
+            let reason = match operation {
+                ServiceInstanceOperation::Update => "UpdatingInstance".to_owned(),
+                _ => format!("{verb}ing"),
+            };
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                &reason,
+                description,
+            );
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::requeue(
+                retry_after.unwrap_or_else(|| platform::backoff(elapsed)),
+            ))
+        }
+        OperationState::Succeeded => match operation {
+            ServiceInstanceOperation::Provision => {
+                provision::provisioned(instance, ctx, status).await
+            }
+            ServiceInstanceOperation::Update => update::updated(instance, ctx, status).await,
+            ServiceInstanceOperation::Deprovision => {
+                delete::deprovisioned(instance, ctx, status).await
+            }
+        },
+        OperationState::Failed => {
+            let message = format!(
+                "{verb} failed: {}",
+                last.description
+                    .unwrap_or_else(|| "the broker gave no reason".into())
+            );
+            ended_badly(instance, ctx, status, operation, "CallFailed", message).await
+        }
+    }
+}
+
+/// An operation failed or timed out. A provision's is followed by orphan mitigation, then
+/// `Failed`; an update's leaves the instance as it was; a deprovision is tried again.
+async fn ended_badly(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    operation: ServiceInstanceOperation,
+    how: &str,
+    message: String,
+) -> Result<Action, Error> {
+    match operation {
+        ServiceInstanceOperation::Provision if how == "CallFailed" => {
+            provision::start_orphan_mitigation(instance, ctx, status, &message, true).await
+        }
+        ServiceInstanceOperation::Provision => {
+            let reason = format!("Provision{how}");
+            end_operation(&mut status);
+            set(
+                &mut status,
+                "Failed",
+                ConditionStatus::True,
+                &reason,
+                message.clone(),
+            );
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                &reason,
+                message,
+            );
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::await_change())
+        }
+        ServiceInstanceOperation::Update => {
+            update::failed(instance, ctx, status, super::reason::UPDATE_FAILED, message).await?;
+            Ok(Action::await_change())
+        }
+        ServiceInstanceOperation::Deprovision => {
+            let reason = format!("Deprovision{how}");
+            end_operation(&mut status);
+            status.deprovision_status = Some(DeprovisionStatus::Failed);
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                &reason,
+                message,
+            );
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::requeue(RECHECK))
+        }
+    }
+}

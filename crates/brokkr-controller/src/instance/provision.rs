@@ -1,0 +1,260 @@
+//! Provisioning, and what follows a provision the broker may have half done: orphan mitigation.
+
+use std::time::Duration;
+
+use brokkr_osb::client::Error as OsbError;
+use brokkr_osb::messages::ProvisionRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+
+use super::{
+    RECHECK, end_operation, event, instance_id, osb_context, properties, reason, set, write_status,
+};
+use crate::broker::Error;
+use crate::instance::resolve::Resolved;
+use crate::parameters::Parameters;
+use crate::resources::{
+    ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
+    ServiceInstanceStatus,
+};
+use crate::{Context, platform};
+
+/// How long after a successful orphan mitigation the provision is tried again.
+pub(super) const RETRY_AFTER_MITIGATION: Duration = Duration::from_secs(5);
+
+pub(super) async fn provision(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    resolved: &Resolved,
+    parameters: &Parameters,
+) -> Result<Action, Error> {
+    // After an orphan mitigation, pause before trying again (a status write wakes us at once).
+    if status.last_condition_state == reason::ORPHAN_MITIGATED
+        && let Some(since) = &status.operation_start_time
+    {
+        let waited: Duration = Timestamp::now()
+            .duration_since(since.0)
+            .try_into()
+            .unwrap_or_default();
+        if waited < RETRY_AFTER_MITIGATION {
+            return Ok(Action::requeue(RETRY_AFTER_MITIGATION - waited));
+        }
+    }
+    status.conditions.retain(|c| c.type_ != "Failed");
+    let request = ProvisionRequest {
+        service_id: resolved.class.external_id.clone(),
+        plan_id: resolved.plan.external_id.clone(),
+        context: Some(osb_context(instance, ctx)),
+        parameters: parameters.merged.clone(),
+        // Required by OSB 2.17 (deprecated in favour of `context`, and some brokers refuse a
+        // provision without them): the cluster, and the namespace within it.
+        organization_guid: Some(
+            ctx.cluster_id
+                .clone()
+                .unwrap_or_else(|| "kubernetes".to_owned()),
+        ),
+        space_guid: Some(instance.namespace().unwrap_or_default()),
+        ..ProvisionRequest::default()
+    };
+    let answer = resolved
+        .osb
+        .provision(&instance_id(instance), &request, true)
+        .await;
+    ctx.metrics.osb_call("provision", &answer);
+    status.in_progress_properties = Some(properties(instance, resolved, parameters));
+    match answer {
+        Ok(response) if response.is_async() => {
+            status.async_op_in_progress = true;
+            status.current_operation = Some(ServiceInstanceOperation::Provision);
+            status.last_operation = response.body.operation.clone();
+            status.operation_start_time = Some(Time(Timestamp::now()));
+            status.deprovision_status = Some(DeprovisionStatus::Required);
+            status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                "Provisioning",
+                "The instance is being provisioned asynchronously",
+            );
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::requeue(
+                response.retry_after.unwrap_or(Duration::from_secs(1)),
+            ))
+        }
+        Ok(response) => {
+            status.dashboard_url = response.body.dashboard_url.clone();
+            provisioned(instance, ctx, status).await
+        }
+        Err(e) => failed(instance, ctx, status, e).await,
+    }
+}
+
+pub(super) async fn provisioned(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+) -> Result<Action, Error> {
+    status.provision_status = Some(ProvisionStatus::Provisioned);
+    status.deprovision_status = Some(DeprovisionStatus::Required);
+    status.external_properties = status.in_progress_properties.take();
+    status.reconciled_generation = status.observed_generation;
+    end_operation(&mut status);
+    let message = "The instance was provisioned successfully";
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::True,
+        reason::PROVISIONED,
+        message,
+    );
+    write_status(instance, ctx, &status).await?;
+    event(
+        ctx,
+        instance,
+        EventType::Normal,
+        reason::PROVISIONED,
+        message,
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+/// A provision the broker refused or could not answer. 400, 409 and 422 are terminal; a failure
+/// that may have left an instance behind starts orphan mitigation; anything else is tried again.
+async fn failed(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    e: OsbError,
+) -> Result<Action, Error> {
+    let reason = "ProvisionCallFailed";
+    let message = format!("Provision call failed: {e}");
+    event(ctx, instance, EventType::Warning, reason, &message).await;
+    if platform::may_have_created(&e) {
+        return start_orphan_mitigation(instance, ctx, status, &message, false).await;
+    }
+    let terminal = matches!(e.status().map(|s| s.as_u16()), Some(400 | 409 | 422));
+    end_operation(&mut status);
+    if terminal {
+        status.deprovision_status = Some(DeprovisionStatus::NotRequired);
+        set(
+            &mut status,
+            "Failed",
+            ConditionStatus::True,
+            reason,
+            message.clone(),
+        );
+    } else {
+        status.deprovision_status = Some(DeprovisionStatus::Required);
+    }
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason,
+        message,
+    );
+    write_status(instance, ctx, &status).await?;
+    Ok(if terminal {
+        Action::await_change()
+    } else {
+        Action::requeue(RECHECK)
+    })
+}
+
+/// Deprovision calls follow until one succeeds ([`super::delete::deprovision`]); then the
+/// provision is tried again, unless `terminal` (the `Failed` condition says why).
+pub(super) async fn start_orphan_mitigation(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    cause: &str,
+    terminal: bool,
+) -> Result<Action, Error> {
+    end_operation(&mut status);
+    status.orphan_mitigation_in_progress = true;
+    status.deprovision_status = Some(DeprovisionStatus::Required);
+    status.operation_start_time = Some(Time(Timestamp::now()));
+    if terminal {
+        set(
+            &mut status,
+            "Failed",
+            ConditionStatus::True,
+            "ProvisionCallFailed",
+            cause,
+        );
+    }
+    let message = format!(
+        "The instance provision call failed with an ambiguous error ({cause}); attempting to \
+         deprovision the instance in order to mitigate an orphaned resource"
+    );
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason::ORPHAN_MITIGATION,
+        message.clone(),
+    );
+    write_status(instance, ctx, &status).await?;
+    event(
+        ctx,
+        instance,
+        EventType::Warning,
+        reason::ORPHAN_MITIGATION,
+        &message,
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
+
+/// The deprovision of an orphan mitigation succeeded.
+pub(super) async fn orphan_mitigated(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+) -> Result<Action, Error> {
+    let start = status.operation_start_time.clone();
+    end_operation(&mut status);
+    status.orphan_mitigation_in_progress = false;
+    status.provision_status = Some(ProvisionStatus::NotProvisioned);
+    status.deprovision_status = Some(DeprovisionStatus::NotRequired);
+    let terminal = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Failed" && c.status == ConditionStatus::True);
+    let message = if terminal {
+        "Orphan mitigation was completed successfully; the provision failed".to_owned()
+    } else {
+        status.operation_start_time = start.or_else(|| Some(Time(Timestamp::now())));
+        format!(
+            "Orphan mitigation was completed successfully; the provision is tried again in {}s",
+            RETRY_AFTER_MITIGATION.as_secs()
+        )
+    };
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason::ORPHAN_MITIGATED,
+        message.clone(),
+    );
+    write_status(instance, ctx, &status).await?;
+    event(
+        ctx,
+        instance,
+        EventType::Normal,
+        reason::ORPHAN_MITIGATED,
+        &message,
+    )
+    .await;
+    Ok(if terminal {
+        Action::await_change()
+    } else {
+        Action::requeue(RETRY_AFTER_MITIGATION)
+    })
+}

@@ -1,0 +1,184 @@
+//! Updating a provisioned instance: a new generation, plan or parameter checksum is sent to the
+//! broker as an OSB update, `plan_id` only when the plan changed, `parameters` only when their
+//! checksum did, with `previous_values`. A failed update leaves the instance as it was, and usable.
+
+use std::time::Duration;
+
+use brokkr_osb::client::Error as OsbError;
+use brokkr_osb::messages::UpdateRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::{Map, Value};
+
+use super::{
+    RECHECK, end_operation, event, instance_id, osb_context, plan_id, properties, reason, set,
+    write_status,
+};
+use crate::Context;
+use crate::broker::Error;
+use crate::instance::resolve::Resolved;
+use crate::parameters::Parameters;
+use crate::resources::{
+    ConditionStatus, ServiceInstance, ServiceInstanceOperation, ServiceInstanceStatus,
+};
+
+/// What an update changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Change {
+    plan: bool,
+    parameters: bool,
+}
+
+/// What differs from what the broker last accepted, if anything (or the generation moved, e.g.
+/// `spec.updateRequests` grew).
+pub(super) fn change(
+    instance: &ServiceInstance,
+    status: &ServiceInstanceStatus,
+    resolved: &Resolved,
+    parameters: &Parameters,
+) -> Option<Change> {
+    let external = status.external_properties.clone().unwrap_or_default();
+    let change = Change {
+        plan: plan_id(&external) != Some(resolved.plan.external_id.as_str()),
+        parameters: external.parameter_checksum != parameters.checksum,
+    };
+    let generation = instance.metadata.generation.unwrap_or_default();
+    (change.plan || change.parameters || generation != status.reconciled_generation)
+        .then_some(change)
+}
+
+pub(super) async fn update(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    resolved: &Resolved,
+    parameters: &Parameters,
+    change: Change,
+) -> Result<Action, Error> {
+    let external = status.external_properties.clone().unwrap_or_default();
+    let mut previous = Map::new();
+    if let Some(id) = plan_id(&external) {
+        previous.insert("plan_id".into(), Value::String(id.to_owned()));
+    }
+    previous.insert(
+        "service_id".into(),
+        Value::String(resolved.class.external_id.clone()),
+    );
+    let request = UpdateRequest {
+        service_id: resolved.class.external_id.clone(),
+        plan_id: change.plan.then(|| resolved.plan.external_id.clone()),
+        context: Some(osb_context(instance, ctx)),
+        // Parameters that were removed altogether are sent as an empty object.
+        parameters: change
+            .parameters
+            .then(|| parameters.merged.clone().unwrap_or_default()),
+        previous_values: Some(previous),
+        maintenance_info: None,
+    };
+    let answer = resolved
+        .osb
+        .update(&instance_id(instance), &request, true)
+        .await;
+    ctx.metrics.osb_call("update", &answer);
+    status.in_progress_properties = Some(properties(instance, resolved, parameters));
+    match answer {
+        Ok(response) if response.is_async() => {
+            status.async_op_in_progress = true;
+            status.current_operation = Some(ServiceInstanceOperation::Update);
+            status.last_operation = response.body.operation.clone();
+            status.operation_start_time = Some(Time(Timestamp::now()));
+            status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                "UpdatingInstance",
+                "The instance is being updated asynchronously",
+            );
+            write_status(instance, ctx, &status).await?;
+            Ok(Action::requeue(
+                response.retry_after.unwrap_or(Duration::from_secs(1)),
+            ))
+        }
+        Ok(response) => {
+            status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
+            updated(instance, ctx, status).await
+        }
+        Err(e) => call_failed(instance, ctx, status, &e).await,
+    }
+}
+
+/// The broker accepted the update: it is what the broker has now.
+pub(super) async fn updated(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+) -> Result<Action, Error> {
+    status.external_properties = status.in_progress_properties.take();
+    status.reconciled_generation = status.observed_generation;
+    end_operation(&mut status);
+    let message = "The instance was updated successfully";
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::True,
+        reason::UPDATED,
+        message,
+    );
+    write_status(instance, ctx, &status).await?;
+    event(ctx, instance, EventType::Normal, reason::UPDATED, message).await;
+    Ok(Action::await_change())
+}
+
+/// The update call failed. A broker's refusal stands until the spec (or a parameters Secret)
+/// changes; a broker that cannot be reached or answers 5xx/429 is tried again.
+async fn call_failed(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    status: ServiceInstanceStatus,
+    e: &OsbError,
+) -> Result<Action, Error> {
+    let retry = e.is_transient() || !matches!(e, OsbError::Broker(_));
+    let reason = if retry {
+        reason::UPDATE_ERROR
+    } else {
+        reason::UPDATE_FAILED
+    };
+    failed(
+        instance,
+        ctx,
+        status,
+        reason,
+        format!("Update call failed: {e}"),
+    )
+    .await?;
+    Ok(if retry {
+        Action::requeue(RECHECK)
+    } else {
+        Action::await_change()
+    })
+}
+
+/// Ends an update as failed: the instance keeps its plan and parameters and stays usable.
+pub(super) async fn failed(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    end_operation(&mut status);
+    let message = format!("{message}; the instance keeps its previous plan and parameters");
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason,
+        message.clone(),
+    );
+    write_status(instance, ctx, &status).await?;
+    event(ctx, instance, EventType::Warning, reason, &message).await;
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! What the ServiceInstance and ServiceBinding controllers share as an OSB platform: which
+//! failures call for orphan mitigation, how long to wait between polls, how waits and timeouts
+//! are written, and publishing Kubernetes Events.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use brokkr_osb::client::Error as OsbError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::Context;
+
+/// The longest pause between polls.
+const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
+
+/// Whether the broker may have created the instance or binding although the request failed
+/// (OSB's "Orphan Mitigation"): the request timed out, the broker answered 5xx, or a 2xx other
+/// than 200 whose body could not be read. A malformed 200 and any 4xx are failures without it.
+pub fn may_have_created(e: &OsbError) -> bool {
+    match e {
+        OsbError::Transport { source, .. } => source.is_timeout(),
+        OsbError::Broker(b) => b.status.is_server_error(),
+        OsbError::InvalidResponse { status, .. } => status.is_success() && status.as_u16() != 200,
+        _ => false,
+    }
+}
+
+/// The pause before the next poll: as long as the operation has run so far, from 1 s to 5 min,
+/// so that pauses double.
+pub fn backoff(elapsed: Duration) -> Duration {
+    elapsed.clamp(Duration::from_secs(1), MAX_BACKOFF)
+}
+
+/// How long ago `start` was; zero when it is unknown or in the future.
+pub fn elapsed_since(start: Option<&Time>) -> Duration {
+    let started = start.map_or_else(Timestamp::now, |t| t.0);
+    Timestamp::now()
+        .duration_since(started)
+        .try_into()
+        .unwrap_or_default()
+}
+
+/// A duration as people write it: `1h`, `90m`, `45s`.
+pub fn humanize(d: Duration) -> String {
+    match d.as_secs() {
+        s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// Publishes a Kubernetes Event about `object`. Events are best effort: a refusal (e.g. in a
+/// namespace being deleted) is logged and otherwise ignored. `note` must never hold parameters
+/// or credentials.
+pub async fn event<K>(
+    ctx: &Context,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+    action: &str,
+) where
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let recorder = Recorder::new(
+        ctx.client.clone(),
+        Reporter {
+            controller: "brokkr-controller".into(),
+            instance: None,
+        },
+    );
+    let published = recorder
+        .publish(
+            &Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note.chars().take(1000).collect()),
+                action: action.into(),
+                secondary: None,
+            },
+            &object.object_ref(&()),
+        )
+        .await;
+    if let Err(e) = published {
+        tracing::debug!(object = ?object.meta().name, error = %e, "event not published");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brokkr_osb::client::{BrokerError, StatusCode};
+
+    fn broker(status: StatusCode) -> OsbError {
+        OsbError::Broker(BrokerError {
+            status,
+            error: None,
+            description: None,
+            instance_usable: None,
+            update_repeatable: None,
+            retry_after: None,
+        })
+    }
+
+    fn unreadable(status: StatusCode) -> OsbError {
+        OsbError::InvalidResponse {
+            status,
+            message: "not an object".into(),
+        }
+    }
+
+    #[test]
+    fn orphan_mitigation_follows_5xx_and_unreadable_201_or_202_answers_only() {
+        assert!(may_have_created(&broker(StatusCode::INTERNAL_SERVER_ERROR)));
+        assert!(may_have_created(&broker(StatusCode::BAD_GATEWAY)));
+        assert!(may_have_created(&unreadable(StatusCode::CREATED)));
+        assert!(may_have_created(&unreadable(StatusCode::ACCEPTED)));
+        // OSB: a malformed 200 is a failure without orphan mitigation, as is any 4xx.
+        assert!(!may_have_created(&unreadable(StatusCode::OK)));
+        assert!(!may_have_created(&broker(StatusCode::BAD_REQUEST)));
+        assert!(!may_have_created(&broker(StatusCode::CONFLICT)));
+        assert!(!may_have_created(&broker(StatusCode::REQUEST_TIMEOUT)));
+        assert!(!may_have_created(&OsbError::Config("bad URL".into())));
+    }
+
+    #[test]
+    fn polls_back_off_from_one_second_doubling_to_five_minutes() {
+        assert_eq!(backoff(Duration::ZERO), Duration::from_secs(1));
+        assert_eq!(backoff(Duration::from_secs(1)), Duration::from_secs(1));
+        // Waiting as long as it has run doubles the time run: 1, 2, 4, 8 … seconds.
+        assert_eq!(backoff(Duration::from_secs(4)), Duration::from_secs(4));
+        assert_eq!(backoff(Duration::from_secs(3600)), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(humanize(Duration::from_secs(3600)), "1h");
+        assert_eq!(humanize(Duration::from_secs(5400)), "90m");
+        assert_eq!(humanize(Duration::from_secs(45)), "45s");
+    }
+}

@@ -1,0 +1,246 @@
+//! What the ServiceInstance tests share: the fake API server with brokkr's CRDs and the
+//! controllers running against it, and a scripted OSB broker that records every request.
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
+use brokkr_controller::resources;
+use brokkr_fake_kube::FakeCluster;
+use serde_json::{Value, json};
+
+pub const API: &str = "services.brokkr.dev/v1alpha1";
+
+/// One request the broker received.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: Method,
+    pub path: String,
+    pub query: String,
+    pub body: Value,
+}
+
+impl Seen {
+    /// `PUT`, `PATCH`, `DELETE` or `GET` on an instance (`last_operation` polls are `POLL`);
+    /// calls about a binding (the ServiceBinding controller runs too) are `BIND`, `UNBIND`,
+    /// `BINDING_POLL` and `FETCH_BINDING`, so that they never count as the instance's.
+    pub fn verb(&self) -> &str {
+        let poll = self.path.ends_with("/last_operation");
+        if self.path.contains("/service_bindings/") {
+            return match (poll, self.method.as_str()) {
+                (true, _) => "BINDING_POLL",
+                (false, "PUT") => "BIND",
+                (false, "DELETE") => "UNBIND",
+                _ => "FETCH_BINDING",
+            };
+        }
+        if poll { "POLL" } else { self.method.as_str() }
+    }
+}
+
+type Script = Box<dyn FnMut(&Seen) -> (StatusCode, Value) + Send>;
+
+/// A broker offering service `svc` with plans `small` (id `plan-small`) and `large`
+/// (`plan-large`), answering instance requests as its script says.
+pub struct Broker {
+    pub url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Broker {
+    pub async fn start(script: impl FnMut(&Seen) -> (StatusCode, Value) + Send + 'static) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::<Seen>::new()));
+        let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
+        let recorded = seen.clone();
+        let app = axum::Router::new().fallback(move |request: Request| {
+            let (seen, script) = (recorded.clone(), script.clone());
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes: Bytes = axum::body::to_bytes(body, 1 << 20)
+                    .await
+                    .unwrap_or_default();
+                if parts.uri.path() == "/v2/catalog" {
+                    return (StatusCode::OK, Json(catalog()));
+                }
+                let request = Seen {
+                    method: parts.method.clone(),
+                    path: parts.uri.path().to_owned(),
+                    query: parts.uri.query().unwrap_or_default().to_owned(),
+                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                };
+                seen.lock().unwrap().push(request.clone());
+                let (status, body) = (script.lock().unwrap())(&request);
+                (status, Json(body))
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, seen, server }
+    }
+
+    /// Every request so far but catalog fetches.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The requests with this verb (see [`Seen::verb`]).
+    pub fn seen_verb(&self, verb: &str) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.verb() == verb)
+            .collect()
+    }
+
+    /// The broker stops answering: connections are refused from now on.
+    pub fn stop(&self) {
+        self.server.abort();
+    }
+}
+
+/// The usual answers: provision 201, update 200, deprovision 200, polls succeeded.
+pub fn synchronous(seen: &Seen) -> (StatusCode, Value) {
+    match seen.verb() {
+        "PUT" => (StatusCode::CREATED, json!({})),
+        "POLL" => (StatusCode::OK, json!({"state": "succeeded"})),
+        _ => (StatusCode::OK, json!({})),
+    }
+}
+
+fn catalog() -> Value {
+    json!({"services": [{"id": "svc", "name": "db", "description": "", "bindable": true,
+        "plan_updateable": true,
+        "plans": [{"id": "plan-small", "name": "small", "description": ""},
+                  {"id": "plan-large", "name": "large", "description": ""}]}]})
+}
+
+/// The fake API server, the controllers, and a ClusterServiceBroker `db` for `broker` whose
+/// plans are listed.
+pub struct Cluster {
+    pub fake: FakeCluster,
+    controllers: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.controllers.abort();
+    }
+}
+
+impl Cluster {
+    pub async fn start(broker: &Broker) -> Self {
+        let fake = FakeCluster::start().await;
+        for crd in resources::crds() {
+            fake.add_crd(&crd);
+        }
+        fake.add_kind("events.k8s.io", "v1", "Event", "events", true);
+        let ctx = brokkr_controller::Context::new(fake.client());
+        let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
+        fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
+            "metadata": {"name": "db"}, "spec": {"url": broker.url}}));
+        let cluster = Self { fake, controllers };
+        cluster
+            .eventually("the plans listed", || {
+                cluster
+                    .fake
+                    .get(API, "ClusterServicePlan", None, "plan-large")
+                    .map(|_| ())
+            })
+            .await;
+        cluster
+    }
+
+    /// Polls `check` until it returns something, for up to 30 seconds.
+    pub async fn eventually<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn instance(&self, ns: &str, name: &str) -> Option<Value> {
+        self.fake.get(API, "ServiceInstance", Some(ns), name)
+    }
+
+    /// Creates a ServiceInstance of class `db`, plan `small`, with `spec` merged in.
+    pub fn create_instance(&self, ns: &str, name: &str, spec: Value) {
+        let mut object = json!({"apiVersion": API, "kind": "ServiceInstance",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterServiceClassExternalName": "db",
+                     "clusterServicePlanExternalName": "small", "externalID": name}});
+        if let (Some(target), Value::Object(more)) = (object["spec"].as_object_mut(), spec) {
+            target.extend(more);
+        }
+        self.fake.create(object);
+    }
+
+    /// Changes a stored object as a user would (a spec change bumps its generation).
+    pub fn edit(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) {
+        let mut object = self.fake.get(api_version, kind, ns, name).unwrap();
+        change(&mut object);
+        self.fake.create(object);
+    }
+
+    /// Waits for the instance's Ready condition to have `reason`, and returns the instance.
+    pub async fn ready_reason(&self, ns: &str, name: &str, reason: &str) -> Value {
+        self.eventually(&format!("{ns}/{name} Ready reason {reason}"), || {
+            let instance = self.instance(ns, name)?;
+            condition(&instance, "Ready")
+                .is_some_and(|c| c["reason"] == reason)
+                .then_some(instance)
+        })
+        .await
+    }
+
+    /// Waits for the instance to be Ready=True.
+    pub async fn ready(&self, ns: &str, name: &str) -> Value {
+        self.eventually(&format!("{ns}/{name} Ready"), || {
+            let instance = self.instance(ns, name)?;
+            condition(&instance, "Ready")
+                .is_some_and(|c| c["status"] == "True")
+                .then_some(instance)
+        })
+        .await
+    }
+
+    /// The Events about `name`, as (reason, note).
+    pub fn events(&self, name: &str) -> Vec<(String, String)> {
+        self.fake
+            .list("events.k8s.io/v1", "Event")
+            .into_iter()
+            .filter(|e| e["regarding"]["name"] == name)
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap_or_default().to_owned(),
+                    e["note"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The condition `type_` of an object, if set.
+pub fn condition(object: &Value, type_: &str) -> Option<Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
