@@ -62,9 +62,23 @@ impl StepKinds {
     }
 }
 
+/// The commit this binary was built from (build.rs; `unknown` without git or `BROKKR_COMMIT`).
+pub const COMMIT: &str = env!("BROKKR_COMMIT");
+/// When this binary was built, RFC 3339 UTC (build.rs; `BROKKR_BUILD_DATE` when given).
+pub const BUILD_DATE: &str = env!("BROKKR_BUILD_DATE");
+/// What `brokkr --version` prints after the name: version, commit, build date.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BROKKR_COMMIT"),
+    ", built ",
+    env!("BROKKR_BUILD_DATE"),
+    ")"
+);
+
 /// brokkr: an Open Service Broker and service-binding system for Kubernetes.
 #[derive(Parser)]
-#[command(name = "brokkr", version, about, propagate_version = true)]
+#[command(name = "brokkr", version = LONG_VERSION, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -93,6 +107,8 @@ enum Command {
     /// Run the Kubernetes controllers (brokers, their catalogs, service instances) against the
     /// cluster that KUBECONFIG or the in-cluster configuration names.
     Controller(controller::ControllerArgs),
+    /// Print the version, the commit and the build date.
+    Version,
 }
 
 /// Runs the `brokkr` command with the built-in step kinds only.
@@ -122,6 +138,13 @@ pub fn main_with(kinds: StepKinds) -> ExitCode {
             Command::Osb(args) => osb::run(args).await,
             Command::Crds(args) => crds::run(args).await,
             Command::Controller(args) => controller::run(args).await,
+            Command::Version => {
+                println!(
+                    "brokkr {}\ncommit: {COMMIT}\nbuilt: {BUILD_DATE}",
+                    env!("CARGO_PKG_VERSION")
+                );
+                Ok(())
+            }
         }
     });
     match result {

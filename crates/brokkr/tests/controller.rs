@@ -3,62 +3,22 @@
 //! a ClusterServiceBroker into ClusterServiceClasses and ClusterServicePlans, serves `/readyz` and
 //! `/metrics`, and on SIGTERM stops and releases the Lease. Also `brokkr crds` in both formats.
 
-use std::net::TcpListener;
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brokkr_blueprint::QUICKSTART;
 use brokkr_fake_kube::FakeCluster;
 use brokkr_osb::client::{Client as OsbClient, Method};
 use serde_json::{Value, json};
+use support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
 const API: &str = "services.brokkr.dev/v1alpha1";
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
-}
-
-/// A process, killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Polls `check` until it returns something, for up to 60 seconds.
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn serve(dir: &Path) -> (Process, String) {
-    let port = free_port();
-    let child = Command::new(BIN)
-        .args(["serve", "--insecure-plaintext-secrets"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .arg("--store")
-        .arg(format!("sqlite://{}", dir.join("brokkr.db").display()))
-        .env("BROKKR_BROKER_USERNAME", "platform")
-        .env("BROKKR_BROKER_PASSWORD", "s3cret")
-        .env_remove("BROKKR_CONFIG")
-        .env_remove("BROKKR_STORE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start brokkr serve");
-    (Process(child), format!("http://127.0.0.1:{port}"))
+    serve_with(dir, &[], &[])
 }
 
 /// The service and plan ids of the built-in catalog.
@@ -83,23 +43,42 @@ fn quickstart_ids(dir: &Path) -> (Vec<String>, Vec<String>) {
     )
 }
 
+/// A fake API server that serves brokkr's kinds and Leases, and a kubeconfig file for it in `dir`.
+async fn cluster(dir: &Path) -> (FakeCluster, std::path::PathBuf) {
+    let fake = FakeCluster::start().await;
+    for crd in brokkr_controller::resources::crds() {
+        fake.add_crd(&crd);
+    }
+    fake.add_kind("coordination.k8s.io", "v1", "Lease", "leases", true);
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
+    (fake, kubeconfig)
+}
+
+/// Waits until the broker at `broker_url` serves its catalog, then writes the Secret with its
+/// credentials and a ClusterServiceBroker named `brokkr` for it.
+async fn register_broker(fake: &FakeCluster, broker_url: &str) {
+    let osb = OsbClient::builder(broker_url)
+        .basic_auth("platform", "s3cret")
+        .build()
+        .unwrap();
+    eventually("the broker to serve its catalog", async || {
+        osb.catalog().await.ok().map(|_| ())
+    })
+    .await;
+    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "brokkr-auth", "namespace": "default"},
+        "data": {"username": "cGxhdGZvcm0=", "password": "czNjcmV0"}}));
+    fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
+        "metadata": {"name": "brokkr"},
+        "spec": {"url": broker_url,
+                 "authInfo": {"basic": {"secretRef": {"namespace": "default", "name": "brokkr-auth"}}}}}));
+}
+
 #[tokio::test]
 async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = FakeCluster::start().await;
-    for crd in brokkr_controller::resources::crds() {
-        let names = &crd.spec.names;
-        fake.add_kind(
-            &crd.spec.group,
-            "v1alpha1",
-            &names.kind,
-            &names.plural,
-            crd.spec.scope == "Namespaced",
-        );
-    }
-    fake.add_kind("coordination.k8s.io", "v1", "Lease", "leases", true);
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
+    let (fake, kubeconfig) = cluster(dir.path()).await;
 
     let (_broker, broker_url) = serve(dir.path());
     let listen = format!("127.0.0.1:{}", free_port());
@@ -120,13 +99,7 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
             .expect("start brokkr controller"),
     );
 
-    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "brokkr-auth", "namespace": "default"},
-        "data": {"username": "cGxhdGZvcm0=", "password": "czNjcmV0"}}));
-    fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
-        "metadata": {"name": "brokkr"},
-        "spec": {"url": broker_url,
-                 "authInfo": {"basic": {"secretRef": {"namespace": "default", "name": "brokkr-auth"}}}}}));
+    register_broker(&fake, &broker_url).await;
 
     let (services, plans) = quickstart_ids(dir.path());
     assert!(!services.is_empty() && !plans.is_empty());
@@ -141,11 +114,14 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
             .unwrap_or_else(|| panic!("no class {id}"));
         assert_eq!(class["spec"]["clusterServiceBrokerName"], "brokkr");
     }
-    let broker = fake
-        .get(API, "ClusterServiceBroker", None, "brokkr")
-        .unwrap();
+    // The broker's status is written after its classes and plans.
+    let broker = eventually("the ClusterServiceBroker to be Ready", async || {
+        let broker = fake.get(API, "ClusterServiceBroker", None, "brokkr")?;
+        (broker["status"]["lastConditionState"] == "Ready").then_some(broker)
+    })
+    .await;
     assert_eq!(
-        broker["status"]["lastConditionState"], "Ready",
+        broker["status"]["conditions"][0]["reason"], "FetchedCatalog",
         "{broker:#}"
     );
     let lease = fake
@@ -215,10 +191,21 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
 
 /// The instance `name`'s condition `type_`, once it has `reason`.
 async fn condition(fake: &FakeCluster, name: &str, type_: &str, reason: &str) -> Value {
+    condition_of(fake, "ServiceInstance", name, type_, reason).await
+}
+
+/// The condition `type_` of the `kind` named `name`, once it has `reason`.
+async fn condition_of(
+    fake: &FakeCluster,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> Value {
     eventually(
-        &format!("{name}: {type_} with reason {reason}"),
+        &format!("{kind} {name}: {type_} with reason {reason}"),
         async || {
-            let instance = fake.get(API, "ServiceInstance", Some("default"), name)?;
+            let instance = fake.get(API, kind, Some("default"), name)?;
             let found = instance["status"]["conditions"]
                 .as_array()?
                 .iter()
@@ -363,7 +350,7 @@ fn crds_prints_every_definition_as_yaml_and_as_a_json_list() {
     let text = String::from_utf8(yaml.stdout).unwrap();
     assert_eq!(
         text.matches("kind: CustomResourceDefinition").count(),
-        8,
+        12,
         "{text}"
     );
     assert!(text.contains("name: serviceinstances.services.brokkr.dev"));
@@ -385,5 +372,156 @@ fn crds_prints_every_definition_as_yaml_and_as_a_json_list() {
         names.contains(&"servicebindings.services.brokkr.dev"),
         "{names:?}"
     );
-    assert_eq!(names.len(), 8);
+    assert!(
+        names.contains(&"servicebindings.servicebinding.io"),
+        "{names:?}"
+    );
+    assert_eq!(names.len(), 12);
+}
+
+/// The platform side end to end on brokkr's shared-server catalog and the local PostgreSQL: a
+/// ServiceBinding written before its ServiceInstance waits for it, then gets a servicebinding.io
+/// Secret whose credentials log in; a Secret the binding does not own is never overwritten;
+/// deleting the binding deletes its Secret and unbinds (the login stops working); then the
+/// instance is deprovisioned.
+#[tokio::test]
+async fn a_binding_written_before_its_instance_gets_credentials_that_log_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, kubeconfig) = cluster(dir.path()).await;
+    let (_broker, broker_url) = serve_shared(dir.path());
+    let _controller = controller(&kubeconfig);
+    register_broker(&fake, &broker_url).await;
+
+    // The binding first, its parameters from a Secret that does not exist yet.
+    fake.create(json!({"apiVersion": API, "kind": "ServiceBinding",
+        "metadata": {"name": "orders-app", "namespace": "default"},
+        "spec": {"instanceRef": {"name": "orders"},
+                 "parametersFrom": [{"secretKeyRef": {"name": "bind-params", "key": "p"}}],
+                 "secretTransforms": [{"addKey": {"key": "DATABASE_URL", "jsonPathExpression": "{.uri}"}}]}}));
+    let waiting = condition_of(
+        &fake,
+        "ServiceBinding",
+        "orders-app",
+        "Ready",
+        "ReferencesNonexistentInstance",
+    )
+    .await;
+    assert_eq!(waiting["status"], "False");
+    fake.create(json!({"apiVersion": API, "kind": "ServiceInstance",
+        "metadata": {"name": "orders", "namespace": "default"},
+        "spec": {"clusterServiceClassExternalName": "postgresql",
+                 "clusterServicePlanExternalName": "small"}}));
+    let waiting = condition_of(
+        &fake,
+        "ServiceBinding",
+        "orders-app",
+        "Ready",
+        "ErrorWithParameters",
+    )
+    .await;
+    assert!(
+        waiting["message"].as_str().unwrap().contains("bind-params"),
+        "{waiting:#}"
+    );
+    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "bind-params", "namespace": "default"},
+        "stringData": {"p": r#"{"access": "read-write"}"#}}));
+
+    let ready = condition_of(
+        &fake,
+        "ServiceBinding",
+        "orders-app",
+        "Ready",
+        "InjectedBindResult",
+    )
+    .await;
+    assert_eq!(ready["status"], "True");
+    let binding = fake
+        .get(API, "ServiceBinding", Some("default"), "orders-app")
+        .unwrap();
+    assert_eq!(
+        binding["status"]["binding"]["name"], "orders-app",
+        "{binding:#}"
+    );
+    assert_eq!(
+        binding["status"]["externalProperties"]["parameters"],
+        json!({"access": "<redacted>"}),
+        "Secret values never reach the status"
+    );
+    let secret = fake
+        .get("v1", "Secret", Some("default"), "orders-app")
+        .unwrap();
+    assert_eq!(secret["type"], "servicebinding.io/postgresql");
+    assert_eq!(entry(&secret, "type"), "postgresql");
+    assert_eq!(entry(&secret, "provider"), "brokkr");
+    assert_eq!(entry(&secret, "DATABASE_URL"), entry(&secret, "uri"));
+    let owner = &secret["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "ServiceBinding");
+    assert_eq!(owner["uid"], binding["metadata"]["uid"]);
+    assert_eq!(owner["controller"], true);
+    log_in(&secret)
+        .await
+        .expect("the binding's credentials log in");
+
+    // A Secret deleted by hand comes back: the broker keeps its bindings (bindings_retrievable).
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(fake.client(), "default");
+    secrets
+        .delete("orders-app", &Default::default())
+        .await
+        .unwrap();
+    let restored = eventually("the binding Secret to be written again", async || {
+        fake.get("v1", "Secret", Some("default"), "orders-app")
+    })
+    .await;
+    assert_eq!(restored["data"], secret["data"]);
+
+    // A Secret of the same name that the binding does not own is left alone; nothing is bound.
+    fake.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "taken", "namespace": "default"},
+        "stringData": {"mine": "keep"}}));
+    fake.create(json!({"apiVersion": API, "kind": "ServiceBinding",
+        "metadata": {"name": "second", "namespace": "default"},
+        "spec": {"instanceRef": {"name": "orders"}, "secretName": "taken"}}));
+    let refused = condition_of(&fake, "ServiceBinding", "second", "Ready", "SecretNotOwned").await;
+    assert!(
+        refused["message"].as_str().unwrap().contains("taken"),
+        "{refused:#}"
+    );
+    let taken = fake.get("v1", "Secret", Some("default"), "taken").unwrap();
+    assert!(
+        taken["metadata"].get("ownerReferences").is_none(),
+        "{taken:#}"
+    );
+
+    // Deleting the binding deletes its Secret and unbinds: the login no longer works.
+    let bindings: kube::Api<brokkr_controller::resources::ServiceBinding> =
+        kube::Api::namespaced(fake.client(), "default");
+    for name in ["orders-app", "second"] {
+        bindings.delete(name, &Default::default()).await.unwrap();
+    }
+    eventually("both bindings to go", async || {
+        fake.list(API, "ServiceBinding").is_empty().then_some(())
+    })
+    .await;
+    assert!(
+        fake.get("v1", "Secret", Some("default"), "orders-app")
+            .is_none()
+    );
+    assert!(fake.get("v1", "Secret", Some("default"), "taken").is_some());
+    assert!(
+        log_in(&secret).await.is_err(),
+        "unbind dropped the binding's login"
+    );
+
+    let instances: kube::Api<brokkr_controller::resources::ServiceInstance> =
+        kube::Api::namespaced(fake.client(), "default");
+    instances
+        .delete("orders", &Default::default())
+        .await
+        .unwrap();
+    eventually("the instance to be deprovisioned", async || {
+        fake.list(API, "ServiceInstance").is_empty().then_some(())
+    })
+    .await;
 }

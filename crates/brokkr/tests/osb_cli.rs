@@ -3,8 +3,10 @@
 //! openbrokerapi broker of bench/baselines, so that the client is known to work with a broker that
 //! is not brokkr.
 
+mod support;
+
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -285,47 +287,11 @@ fn failures_exit_non_zero_with_clear_messages() {
     );
 }
 
-/// A Python virtual environment with bench/baselines/requirements.txt, made once per target
-/// directory; `None` (with the reason printed) when python3 or its venv module cannot make one.
-fn python_venv() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openbrokerapi-venv");
-    let gunicorn = venv.join("bin/gunicorn");
-    if gunicorn.exists() {
-        return Some(venv);
-    }
-    let made = Command::new("python3")
-        .arg("-m")
-        .arg("venv")
-        .arg(&venv)
-        .output();
-    match made {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            eprintln!("skipped: python3 -m venv failed: {}", text(&out));
-            return None;
-        }
-        Err(e) => {
-            eprintln!("skipped: python3 is not available: {e}");
-            return None;
-        }
-    }
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "-r"])
-        .arg(root.join("bench/baselines/requirements.txt"))
-        .output()
-        .expect("run pip");
-    assert!(
-        installed.status.success(),
-        "pip install: {}",
-        text(&installed)
-    );
-    Some(venv)
-}
-
 #[test]
 fn drives_the_openbrokerapi_broker() {
-    let Some(venv) = python_venv() else { return };
+    let Some(venv) = support::python_venv() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     // The Python broker serves brokkr's quickstart catalog, as in bench/run.
     let reference = brokkr(dir.path());

@@ -193,3 +193,77 @@ async fn changed_broken_and_signalled_configurations() {
     write_config(&path, &config(&["small", "huge"]));
     serve.wait_plans(&["small", "huge"]).await;
 }
+
+/// A ConfigMap volume as the kubelet writes it: the data in a timestamped directory, a `..data`
+/// symlink to that directory, and each key a symlink through `..data`.
+struct ConfigMapVolume {
+    dir: std::path::PathBuf,
+    generation: usize,
+}
+
+impl ConfigMapVolume {
+    fn new(dir: &Path, files: &[(&str, String)]) -> Self {
+        let mut volume = Self {
+            dir: dir.to_owned(),
+            generation: 0,
+        };
+        volume.update(files);
+        for (key, _) in files {
+            std::os::unix::fs::symlink(format!("..data/{key}"), dir.join(key)).unwrap();
+        }
+        volume
+    }
+
+    /// Publishes new contents the way the kubelet's atomic writer does: a new timestamped
+    /// directory, a `..data_tmp` symlink to it renamed over `..data`, the old directory removed.
+    fn update(&mut self, files: &[(&str, String)]) {
+        self.generation += 1;
+        let data = format!(
+            "..2026_11_23_20_00_{:02}.{}",
+            self.generation,
+            1000 + self.generation
+        );
+        std::fs::create_dir(self.dir.join(&data)).unwrap();
+        for (key, text) in files {
+            std::fs::write(self.dir.join(&data).join(key), text).unwrap();
+        }
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&data, &tmp).unwrap();
+        let previous = std::fs::read_link(self.dir.join("..data")).ok();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+        if let Some(previous) = previous {
+            std::fs::remove_dir_all(self.dir.join(previous)).unwrap();
+        }
+    }
+}
+
+/// deploy/ mounts the ConfigMap `brokkr-config` at /etc/brokkr and runs `serve --config
+/// /etc/brokkr`: an update of the ConfigMap (a `..data` symlink swap, no file written in the
+/// watched directory itself) reaches the catalog, and so it does with `--config` naming the
+/// key's file.
+#[tokio::test]
+async fn config_map_volume_updates_are_reloaded() {
+    for by_file in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let volume_dir = tmp.path().join("etc-brokkr");
+        std::fs::create_dir(&volume_dir).unwrap();
+        let state = tmp.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let mut volume = ConfigMapVolume::new(&volume_dir, &[("brokkr.yaml", config(&["small"]))]);
+        let config_path = if by_file {
+            volume_dir.join("brokkr.yaml")
+        } else {
+            volume_dir.clone()
+        };
+        let mut serve = Serve::start(&config_path, &state);
+        serve.wait_plans(&["small"]).await;
+
+        volume.update(&[("brokkr.yaml", config(&["small", "large"]))]);
+        serve.wait_plans(&["small", "large"]).await;
+        serve.wait_logged("configuration reloaded", 1).await;
+
+        // A second swap, removing a plan, is seen too (the watch survives the first).
+        volume.update(&[("brokkr.yaml", config(&["large"]))]);
+        serve.wait_plans(&["large"]).await;
+    }
+}

@@ -45,6 +45,10 @@ pub struct ControllerArgs {
     /// This replica's name in the Lease [default: $POD_NAME, else $HOSTNAME, else a random one].
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// How long a ServiceBinding waits for its ServiceInstance to become Ready, and a
+    /// ServiceInstance for its class and plan to appear in a catalog, before it fails.
+    #[arg(long, env = "BROKKR_WAIT_TIMEOUT", default_value = "1h", value_parser = crate::config::parse_duration)]
+    wait_timeout: Duration,
     /// Reconcile without leader election (only one replica may run).
     #[arg(long)]
     no_leader_election: bool,
@@ -107,6 +111,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         client: client.clone(),
         metrics,
         cluster_id,
+        wait_timeout: args.wait_timeout,
     };
     let controllers = brokkr_controller::run(ctx, shutdown.clone());
     if args.no_leader_election {

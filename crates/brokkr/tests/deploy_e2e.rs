@@ -1,0 +1,490 @@
+//! deploy/ on a real API server (`#[ignore]`d; BROKKR_E2E_KUBECONFIG names a cluster-admin
+//! kubeconfig, e.g. `scripts/e2e-cluster up`'s): `kubectl apply` of deploy/crds, then of each
+//! kustomization — `--dry-run=server` first, then for real — with every object accepted, the
+//! CRDs Established, and every object read back as written (the server's defaults aside). The
+//! controller's RBAC is then checked where it matters: `kubectl auth can-i` as its
+//! ServiceAccount, and `brokkr controller` itself, run on loopback with that ServiceAccount's
+//! token, taking the Lease and listing a loopback `brokkr serve`'s catalog (Pods stay Pending
+//! without a kubelet, so the processes under test run here).
+//!
+//! Kubernetes before 1.21 has no `policy/v1` PodDisruptionBudget: against such a server the
+//! PDBs are left out (and the test says so) and the rest is applied from `kubectl kustomize`;
+//! against a newer one each kustomization is applied as is with `kubectl apply -k`.
+//!
+//! What it applies is left in the cluster for inspection; `kubectl delete -k deploy/base`
+//! removes it.
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kubeconfig() -> String {
+    std::env::var("BROKKR_E2E_KUBECONFIG")
+        .expect("BROKKR_E2E_KUBECONFIG: a kubeconfig for the end-to-end cluster")
+}
+
+/// Runs kubectl with the e2e kubeconfig (or `config`), feeding `stdin`; returns stdout, or
+/// stderr as the error.
+fn kubectl_as(config: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(config)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl on the PATH");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(format!(
+            "kubectl {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
+    kubectl_as(&kubeconfig(), args, stdin).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.is_object())
+        .collect()
+}
+
+fn deploy(dir: &str) -> String {
+    root().join("deploy").join(dir).display().to_string()
+}
+
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Whether `written` is found in `live`: every key with an equal value, lists element by element.
+fn subset(path: &str, written: &Value, live: &Value) -> Result<(), String> {
+    match (written, live) {
+        (Value::Object(w), Value::Object(l)) => {
+            for (k, v) in w {
+                let lv = l.get(k).unwrap_or(&Value::Null);
+                subset(&format!("{path}.{k}"), v, lv)?;
+            }
+            Ok(())
+        }
+        (Value::Array(w), Value::Array(l)) if w.len() == l.len() => w
+            .iter()
+            .zip(l)
+            .enumerate()
+            .try_for_each(|(i, (w, l))| subset(&format!("{path}[{i}]"), w, l)),
+        (w, l) if w == l => Ok(()),
+        (w, l) => Err(format!("{path}: wrote {w}, the server has {l}")),
+    }
+}
+
+fn resource_name(object: &Value) -> String {
+    let kind = object["kind"].as_str().unwrap().to_lowercase();
+    let group = object["apiVersion"]
+        .as_str()
+        .unwrap()
+        .rsplit_once('/')
+        .map(|(g, _)| g.to_owned());
+    match group {
+        Some(g) => format!(
+            "{kind}.{g}/{}",
+            object["metadata"]["name"].as_str().unwrap()
+        ),
+        None => format!("{kind}/{}", object["metadata"]["name"].as_str().unwrap()),
+    }
+}
+
+/// Every object of `objects` as the server has it, compared with what was written.
+fn check_as_written(objects: &[Value]) {
+    for object in objects {
+        let name = resource_name(object);
+        let mut args = vec!["get", name.as_str(), "-o", "json"];
+        let ns = object["metadata"]["namespace"].as_str().map(str::to_owned);
+        if let Some(ns) = &ns {
+            args.extend(["-n", ns.as_str()]);
+        }
+        let live: Value = serde_json::from_str(&kubectl(&args, None)).unwrap();
+        let mut written = object.clone();
+        // The aggregation controller fills an aggregated role's rules.
+        if written.get("aggregationRule").is_some() {
+            written.as_object_mut().unwrap().remove("rules");
+        }
+        subset(&name, &written, &live).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Applies a kustomization (dry run first), the way the server's version allows.
+fn apply(dir: &str, has_policy_v1: bool) -> Vec<Value> {
+    let rendered = kubectl(&["kustomize", &deploy(dir)], None);
+    let mut objects = documents(&rendered);
+    if has_policy_v1 {
+        let path = deploy(dir);
+        kubectl(&["apply", "--dry-run=server", "-k", &path], None);
+        kubectl(&["apply", "-k", &path], None);
+    } else {
+        let before = objects.len();
+        objects.retain(|o| o["kind"] != "PodDisruptionBudget");
+        if objects.len() < before {
+            eprintln!(
+                "note: the server has no policy/v1 (Kubernetes < 1.21): deploy/{dir}'s {} \
+                 PodDisruptionBudget(s) left out",
+                before - objects.len()
+            );
+        }
+        let text =
+            serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
+                .unwrap();
+        kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&text));
+        kubectl(&["apply", "-f", "-"], Some(&text));
+    }
+    check_as_written(&objects);
+    objects
+}
+
+/// Deletes what `apply` applied, but the Namespace and the CRDs, before the next kustomization.
+fn remove(objects: &[Value]) {
+    let rest: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] != "Namespace" && o["kind"] != "CustomResourceDefinition")
+        .collect();
+    let text =
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": rest})).unwrap();
+    kubectl(
+        &["delete", "--ignore-not-found", "--wait=true", "-f", "-"],
+        Some(&text),
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A kubeconfig acting as the ServiceAccount `brokkr/<sa>`, through a token Secret the
+/// controller-manager fills in.
+fn service_account_kubeconfig(sa: &str, dir: &Path) -> String {
+    let secret = format!("{sa}-e2e-token");
+    let manifest = json!({"apiVersion": "v1", "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": secret, "namespace": "brokkr",
+            "annotations": {"kubernetes.io/service-account.name": sa}}});
+    kubectl(&["apply", "-f", "-"], Some(&manifest.to_string()));
+    let token = eventually("the ServiceAccount token", || {
+        let out = kubectl(
+            &[
+                "-n",
+                "brokkr",
+                "get",
+                "secret",
+                &secret,
+                "-o",
+                "jsonpath={.data.token}",
+            ],
+            None,
+        );
+        (!out.is_empty()).then_some(out)
+    });
+    let token = String::from_utf8(base64_decode(&token).expect("base64 token")).unwrap();
+    let mut config: Value = serde_json::from_str(&kubectl(
+        &["config", "view", "--raw", "--flatten", "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    config["users"] = json!([{"name": sa, "user": {"token": token}}]);
+    for context in config["contexts"].as_array_mut().unwrap() {
+        context["context"]["user"] = json!(sa);
+        context["context"]["namespace"] = json!("brokkr");
+    }
+    let path = dir.join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, config.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()
+}
+
+/// `kubectl auth can-i` as the controller's ServiceAccount: what it needs, and some of what it
+/// must not have.
+fn check_controller_permissions() {
+    let sa = "system:serviceaccount:brokkr:brokkr-controller";
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "--as", sa];
+        all.extend(args);
+        kubectl_as(&kubeconfig(), &all, None).is_ok()
+    };
+    for args in [
+        &[
+            "update",
+            "serviceinstances.services.brokkr.dev/status",
+            "-A",
+        ][..],
+        &["patch", "clusterservicebrokers.services.brokkr.dev/status"],
+        &[
+            "update",
+            "servicebindings.services.brokkr.dev/finalizers",
+            "-n",
+            "default",
+        ],
+        &["create", "clusterserviceclasses.services.brokkr.dev"],
+        &["create", "secrets", "-n", "default"],
+        &["delete", "secrets", "-n", "default"],
+        &["create", "events", "-n", "default"],
+        &["get", "namespaces/kube-system"],
+        &["update", "leases.coordination.k8s.io", "-n", "brokkr"],
+    ] {
+        assert!(can(args), "the controller may not {args:?}");
+    }
+    for args in [
+        &["get", "namespaces/default"][..],
+        &["list", "namespaces"],
+        &["update", "leases.coordination.k8s.io", "-n", "default"],
+        &["delete", "leases.coordination.k8s.io", "-n", "brokkr"],
+        &["delete", "deployments.apps", "-n", "default"],
+        &["create", "pods", "-n", "default"],
+    ] {
+        assert!(!can(args), "the controller may {args:?}");
+    }
+    // Filled in by the aggregation controller from the labelled ClusterRole.
+    eventually("the aggregated workload permissions", || {
+        can(&["patch", "deployments.apps", "-n", "default"]).then_some(())
+    });
+    for args in [
+        &["update", "statefulsets.apps", "-A"][..],
+        &["watch", "daemonsets.apps", "-A"],
+        &["patch", "jobs.batch", "-n", "default"],
+        &["list", "cronjobs.batch", "-A"],
+    ] {
+        assert!(can(args), "the controller may not {args:?}");
+    }
+}
+
+/// `brokkr controller` as its ServiceAccount takes the Lease and lists a loopback broker's
+/// catalog, through a ClusterServiceBroker with the credentials of deploy/'s Secret.
+fn run_controller_as_its_service_account(dir: &Path) {
+    let broker_port = free_port();
+    let _serve = Process(
+        Command::new(BIN)
+            .args(["serve", "--listen", &format!("127.0.0.1:{broker_port}")])
+            .arg("--store")
+            .arg(format!("sqlite://{}", dir.join("brokkr.db").display()))
+            .args(["--username", "e2e", "--password", "e2e-secret"])
+            .arg("--insecure-plaintext-secrets")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "brokkr-broker-auth", "namespace": "brokkr"},
+        "stringData": {"username": "e2e", "password": "e2e-secret"}});
+    kubectl(&["apply", "-f", "-"], Some(&secret.to_string()));
+    let local = json!({"apiVersion": "services.brokkr.dev/v1alpha1", "kind": "ClusterServiceBroker",
+        "metadata": {"name": "brokkr-e2e-local"},
+        "spec": {"url": format!("http://127.0.0.1:{broker_port}"),
+            "authInfo": {"basic": {"secretRef": {"namespace": "brokkr", "name": "brokkr-broker-auth"}}}}});
+    kubectl(&["apply", "-f", "-"], Some(&local.to_string()));
+
+    let config = service_account_kubeconfig("brokkr-controller", dir);
+    let port = free_port();
+    let _controller = Process(
+        Command::new(BIN)
+            .args(["controller", "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "--lease-namespace",
+                "brokkr",
+                "--identity",
+                "e2e-controller",
+            ])
+            .env("KUBECONFIG", &config)
+            .env_remove("BROKKR_LEASE_NAMESPACE")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually("the controller's Lease", || {
+        let holder = kubectl_as(
+            &kubeconfig(),
+            &[
+                "-n",
+                "brokkr",
+                "get",
+                "lease",
+                "brokkr-controller",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+            None,
+        )
+        .ok()?;
+        (holder == "e2e-controller").then_some(())
+    });
+    eventually("the loopback broker's catalog listed", || {
+        let status = kubectl(
+            &[
+                "get",
+                "clusterservicebroker",
+                "brokkr-e2e-local",
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        let status: Value = serde_json::from_str(&status).unwrap();
+        let ready = status["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let plans: Value = serde_json::from_str(&kubectl(
+            &["get", "clusterserviceplans", "-o", "json"],
+            None,
+        ))
+        .unwrap();
+        (ready && !plans["items"].as_array()?.is_empty()).then_some(())
+    });
+    kubectl(
+        &[
+            "delete",
+            "clusterservicebroker",
+            "brokkr-e2e-local",
+            "--wait=false",
+        ],
+        None,
+    );
+}
+
+#[test]
+#[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+fn every_kustomization_applies_to_a_real_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let has_policy_v1 = kubectl(&["api-versions"], None)
+        .lines()
+        .any(|l| l == "policy/v1");
+
+    // The CRDs first, Established before anything uses their kinds.
+    let crds = deploy("crds");
+    kubectl(&["apply", "--dry-run=server", "-k", &crds], None);
+    kubectl(&["apply", "-k", &crds], None);
+    kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd",
+            "-l",
+            "app.kubernetes.io/part-of=brokkr",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let established = kubectl(
+        &[
+            "get",
+            "crd",
+            "-l",
+            "app.kubernetes.io/part-of=brokkr",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    let written = documents(&kubectl(&["kustomize", &crds], None));
+    assert_eq!(
+        established.lines().count(),
+        written.len(),
+        "every CRD of deploy/crds: {established}"
+    );
+    check_as_written(&written);
+
+    // The namespace, as docs/install.md creates it before the Secrets (a server-side dry run
+    // of namespaced objects needs it to exist).
+    kubectl(&["apply", "-f", &deploy("base/namespace.yaml")], None);
+
+    // The ServiceMonitor kind, when no Prometheus Operator installed it: only its name matters.
+    if kubectl_as(
+        &kubeconfig(),
+        &["get", "crd", "servicemonitors.monitoring.coreos.com"],
+        None,
+    )
+    .is_err()
+    {
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        kubectl(&["apply", "-f", "-"], Some(&crd.to_string()));
+        kubectl(
+            &[
+                "wait",
+                "--for",
+                "condition=Established",
+                "crd/servicemonitors.monitoring.coreos.com",
+                "--timeout=60s",
+            ],
+            None,
+        );
+    }
+
+    let single = apply("overlays/single", has_policy_v1);
+    remove(&single);
+    let monitoring = apply("overlays/monitoring", has_policy_v1);
+    remove(&monitoring);
+    // The base last: left in place, and the controller's permissions tried on it.
+    apply("base", has_policy_v1);
+    check_controller_permissions();
+    run_controller_as_its_service_account(dir.path());
+}
