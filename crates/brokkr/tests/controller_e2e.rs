@@ -7,96 +7,18 @@
 
 mod support;
 
-use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use support::cluster::*;
 use support::*;
 
-/// The kubeconfig of the end-to-end cluster.
-fn kubeconfig() -> PathBuf {
-    std::env::var("BROKKR_E2E_KUBECONFIG")
-        .expect("BROKKR_E2E_KUBECONFIG: a kubeconfig for the end-to-end cluster")
-        .into()
-}
-
-/// Runs kubectl against the end-to-end cluster with `stdin`; panics unless it succeeds.
-fn kubectl(args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl on the PATH");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Server-side applies `yaml`, as `kubectl apply --server-side` does.
-fn apply(yaml: &str) {
-    kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=e2e-user",
-            "-f",
-            "-",
-        ],
-        yaml,
-    );
-}
-
-/// The object `kind/name` of `namespace` as JSON, if it exists.
-fn get(namespace: &str, kind: &str, name: &str) -> Option<Value> {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig())
-        .args(["-n", namespace, "get", kind, name, "-o", "json"])
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).unwrap())
-}
-
-/// The condition `type_` of `kind/name` once it has `reason`.
-async fn condition(namespace: &str, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
-    eventually(
-        &format!("{kind} {name}: {type_} with reason {reason}"),
-        async || {
-            let object = get(namespace, kind, name)?;
-            object["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == type_ && c["reason"] == reason)
-                .cloned()
-        },
-    )
-    .await
-}
-
-/// A fresh namespace and a broker of its own for brokkr on loopback, deleted when dropped:
-/// a ClusterServiceBroker, or a ServiceBroker in the namespace. Tests that run at the same time
-/// use ServiceBrokers: two ClusterServiceBrokers with the same catalog ids cannot both list it.
+/// The test's controller, a fresh namespace and a broker of its own for brokkr on loopback,
+/// deleted when dropped: a ClusterServiceBroker, or a ServiceBroker in the namespace.
 struct Scope {
     namespace: String,
     broker: String,
     cluster: bool,
+    _controller: Controller,
 }
 
 impl Scope {
@@ -121,29 +43,14 @@ impl Scope {
     }
 
     async fn with(broker_url: &str, cluster: bool) -> Self {
+        let controller = Controller::start();
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let scope = Self {
             namespace: format!("brokkr-e2e-{suffix}"),
             broker: format!("brokkr-e2e-{suffix}"),
             cluster,
+            _controller: controller,
         };
-        let crds = Command::new(BIN).arg("crds").output().unwrap();
-        assert!(crds.status.success());
-        kubectl(
-            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-            &String::from_utf8(crds.stdout).unwrap(),
-        );
-        kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/serviceinstances.services.brokkr.dev",
-                "crd/servicebindings.services.brokkr.dev",
-                "crd/clusterservicebrokers.services.brokkr.dev",
-            ],
-            "",
-        );
         kubectl(&["create", "namespace", &scope.namespace], "");
         kubectl(
             &[
@@ -230,7 +137,6 @@ impl Drop for Scope {
 async fn binding_before_instance_then_deletion_blocked_until_the_binding_goes() {
     let dir = tempfile::tempdir().unwrap();
     let (_broker, broker_url) = serve_shared(dir.path());
-    let _controller = controller(&kubeconfig());
     let scope = Scope::cluster(&broker_url).await;
     let ns = scope.namespace.as_str();
 
@@ -245,7 +151,7 @@ spec:
     ));
     condition(
         ns,
-        "servicebinding",
+        "servicebindings.services.brokkr.dev",
         "orders-app",
         "Ready",
         "ReferencesNonexistentInstance",
@@ -270,14 +176,14 @@ spec:
     .await;
     condition(
         ns,
-        "servicebinding",
+        "servicebindings.services.brokkr.dev",
         "orders-app",
         "Ready",
         "InjectedBindResult",
     )
     .await;
 
-    let binding = get(ns, "servicebinding", "orders-app").unwrap();
+    let binding = get(ns, "servicebindings.services.brokkr.dev", "orders-app").unwrap();
     assert_eq!(binding["status"]["binding"]["name"], "orders-app");
     let secret = get(ns, "secret", "orders-app").expect("the binding Secret");
     assert_eq!(secret["type"], "servicebinding.io/postgresql");
@@ -308,7 +214,16 @@ spec:
         "DeprovisionBlockedByExistingBindings",
     )
     .await;
-    kubectl(&["-n", ns, "delete", "servicebinding", "orders-app"], "");
+    kubectl(
+        &[
+            "-n",
+            ns,
+            "delete",
+            "servicebindings.services.brokkr.dev",
+            "orders-app",
+        ],
+        "",
+    );
     assert!(
         get(ns, "secret", "orders-app").is_none(),
         "the Secret went first"
@@ -340,7 +255,7 @@ spec:
     ));
     condition(
         ns,
-        "servicebinding",
+        "servicebindings.services.brokkr.dev",
         "orders-app",
         "Ready",
         "InjectedBindResult",
@@ -355,7 +270,6 @@ spec:
 async fn cascade_delete_removes_the_bindings_then_deprovisions() {
     let dir = tempfile::tempdir().unwrap();
     let (_broker, broker_url) = serve_shared(dir.path());
-    let _controller = controller(&kubeconfig());
     let scope = Scope::new(&broker_url).await;
     let ns = scope.namespace.as_str();
     ready_instance_and_binding(&scope, r#"services.brokkr.dev/cascade-delete: "true""#).await;
@@ -374,7 +288,7 @@ async fn cascade_delete_removes_the_bindings_then_deprovisions() {
     );
     eventually("the instance and its binding to go", async || {
         (get(ns, "serviceinstance", "orders").is_none()
-            && get(ns, "servicebinding", "orders-app").is_none())
+            && get(ns, "servicebindings.services.brokkr.dev", "orders-app").is_none())
         .then_some(())
     })
     .await;
@@ -389,7 +303,6 @@ async fn cascade_delete_removes_the_bindings_then_deprovisions() {
 async fn abandon_releases_what_a_stopped_broker_cannot_delete() {
     let dir = tempfile::tempdir().unwrap();
     let (broker, broker_url) = serve_shared(dir.path());
-    let _controller = controller(&kubeconfig());
     let scope = Scope::new(&broker_url).await;
     let ns = scope.namespace.as_str();
     ready_instance_and_binding(&scope, "").await;
@@ -400,7 +313,7 @@ async fn abandon_releases_what_a_stopped_broker_cannot_delete() {
             "-n",
             ns,
             "delete",
-            "servicebinding",
+            "servicebindings.services.brokkr.dev",
             "orders-app",
             "--wait=false",
         ],
@@ -408,7 +321,7 @@ async fn abandon_releases_what_a_stopped_broker_cannot_delete() {
     );
     let failed = condition(
         ns,
-        "servicebinding",
+        "servicebindings.services.brokkr.dev",
         "orders-app",
         "Ready",
         "UnbindCallFailed",
@@ -423,14 +336,14 @@ async fn abandon_releases_what_a_stopped_broker_cannot_delete() {
             "-n",
             ns,
             "annotate",
-            "servicebinding",
+            "servicebindings.services.brokkr.dev",
             "orders-app",
             "services.brokkr.dev/abandon=true",
         ],
         "",
     );
     eventually("the abandoned binding to go", async || {
-        get(ns, "servicebinding", "orders-app")
+        get(ns, "servicebindings.services.brokkr.dev", "orders-app")
             .is_none()
             .then_some(())
     })
@@ -471,7 +384,6 @@ async fn abandon_releases_what_a_stopped_broker_cannot_delete() {
 async fn a_plan_change_and_a_parameters_secret_change_update_the_instance() {
     let dir = tempfile::tempdir().unwrap();
     let (_broker, broker_url) = serve_shared(dir.path());
-    let _controller = controller(&kubeconfig());
     let scope = Scope::new(&broker_url).await;
     let ns = scope.namespace.as_str();
     let instance = |plan: &str| {
@@ -607,7 +519,6 @@ async fn drives_a_broker_that_is_not_brokkr() {
         osb.catalog().await.ok().map(|_| ())
     })
     .await;
-    let _controller = controller(&kubeconfig());
     let scope = Scope::new(&broker_url).await;
     let ns = scope.namespace.as_str();
 
@@ -629,7 +540,7 @@ spec:
     ));
     condition(
         ns,
-        "servicebinding",
+        "servicebindings.services.brokkr.dev",
         "legacy-app",
         "Ready",
         "InjectedBindResult",
@@ -640,6 +551,15 @@ spec:
     assert_eq!(entry(&secret, "host"), "db.example.com");
     assert_eq!(entry(&secret, "port"), "3306");
     assert_eq!(entry(&secret, "password"), "pw-1");
-    kubectl(&["-n", ns, "delete", "servicebinding", "legacy-app"], "");
+    kubectl(
+        &[
+            "-n",
+            ns,
+            "delete",
+            "servicebindings.services.brokkr.dev",
+            "legacy-app",
+        ],
+        "",
+    );
     kubectl(&["-n", ns, "delete", "serviceinstance", "legacy-db"], "");
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -118,20 +120,6 @@ pub fn serve_shared(dir: &Path) -> (Process, String) {
                 env_or("BROKKR_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
             ),
         ],
-    )
-}
-
-/// `brokkr controller` without leader election against the cluster of `kubeconfig`.
-pub fn controller(kubeconfig: &Path) -> Process {
-    Process(
-        Command::new(BIN)
-            .args(["controller", "--no-leader-election"])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .env("KUBECONFIG", kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start brokkr controller"),
     )
 }
 

@@ -1,0 +1,177 @@
+//! The real-cluster tests' side of a Kubernetes API server (`BROKKR_E2E_KUBECONFIG`): kubectl
+//! as a person would run it, brokkr's CRDs, and one `brokkr controller` at a time.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use super::{BIN, Process, eventually, free_port};
+
+/// The kubeconfig of the end-to-end cluster.
+pub fn kubeconfig() -> PathBuf {
+    std::env::var("BROKKR_E2E_KUBECONFIG")
+        .expect("BROKKR_E2E_KUBECONFIG: a kubeconfig for the end-to-end cluster")
+        .into()
+}
+
+/// Runs kubectl against the end-to-end cluster with `stdin`; panics unless it succeeds.
+pub fn kubectl(args: &[&str], stdin: &str) -> String {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl on the PATH");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Server-side applies `yaml`, as `kubectl apply --server-side` does.
+pub fn apply(yaml: &str) {
+    kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=e2e-user",
+            "-f",
+            "-",
+        ],
+        yaml,
+    );
+}
+
+/// The object `kind/name` of `namespace` as JSON, if it exists. Name brokkr's ServiceBinding
+/// `servicebindings.services.brokkr.dev`: a bare `servicebinding` may be servicebinding.io's.
+pub fn get(namespace: &str, kind: &str, name: &str) -> Option<Value> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(["-n", namespace, "get", kind, name, "-o", "json"])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// The condition `type_` of `kind/name` once it has `reason`.
+pub async fn condition(
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> Value {
+    eventually(
+        &format!("{kind} {name}: {type_} with reason {reason}"),
+        async || {
+            let object = get(namespace, kind, name)?;
+            object["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == type_ && c["reason"] == reason)
+                .cloned()
+        },
+    )
+    .await
+}
+
+/// A namespace of its own, deleted (without waiting) when dropped.
+pub struct Namespace(pub String);
+
+impl Namespace {
+    pub fn new() -> Self {
+        let name = format!(
+            "brokkr-e2e-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        kubectl(&["create", "namespace", &name], "");
+        Self(name)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig())
+            .args(["delete", "namespace", &self.0, "--wait=false"])
+            .output();
+    }
+}
+
+/// The one `brokkr controller` of a test, with brokkr's CRDs installed before it starts. Tests
+/// take turns: a controller reconciles every namespace, so two at once would act on each
+/// other's objects. Its log is printed if the test fails.
+pub struct Controller {
+    _process: Process,
+    log: tempfile::NamedTempFile,
+    _turn: MutexGuard<'static, ()>,
+}
+
+static TURN: Mutex<()> = Mutex::new(());
+
+impl Controller {
+    pub fn start() -> Self {
+        let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let crds = Command::new(BIN).arg("crds").output().unwrap();
+        assert!(crds.status.success());
+        kubectl(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            &String::from_utf8(crds.stdout).unwrap(),
+        );
+        kubectl(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                "--all",
+            ],
+            "",
+        );
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let process = Process(
+            Command::new(BIN)
+                .args(["controller", "--no-leader-election"])
+                .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+                .env("KUBECONFIG", kubeconfig())
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null())
+                .stderr(log.reopen().unwrap())
+                .spawn()
+                .expect("start brokkr controller"),
+        );
+        Self {
+            _process: process,
+            log,
+            _turn: turn,
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+            eprintln!("--- brokkr controller's log ---\n{log}--- end of log ---");
+        }
+    }
+}
