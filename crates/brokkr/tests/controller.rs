@@ -389,7 +389,7 @@ async fn a_binding_written_before_its_instance_gets_credentials_that_log_in() {
     let dir = tempfile::tempdir().unwrap();
     let (fake, kubeconfig) = cluster(dir.path()).await;
     let (_broker, broker_url) = serve_shared(dir.path());
-    let _controller = controller(&kubeconfig);
+    let _controller = controller(&kubeconfig, Stdio::null());
     register_broker(&fake, &broker_url).await;
 
     // The binding first, its parameters from a Secret that does not exist yet.

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::{BIN, Process, eventually, free_port};
+use super::{BIN, Process, controller, eventually};
 
 /// The kubeconfig of the end-to-end cluster.
 pub fn kubeconfig() -> PathBuf {
@@ -148,17 +148,7 @@ impl Controller {
             "",
         );
         let log = tempfile::NamedTempFile::new().unwrap();
-        let process = Process(
-            Command::new(BIN)
-                .args(["controller", "--no-leader-election"])
-                .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-                .env("KUBECONFIG", kubeconfig())
-                .env("NO_COLOR", "1")
-                .stdout(Stdio::null())
-                .stderr(log.reopen().unwrap())
-                .spawn()
-                .expect("start brokkr controller"),
-        );
+        let process = controller(&kubeconfig(), log.reopen().unwrap());
         Self {
             _process: process,
             log,

@@ -123,6 +123,22 @@ pub fn serve_shared(dir: &Path) -> (Process, String) {
     )
 }
 
+/// `brokkr controller` without leader election against the cluster of `kubeconfig`, its log
+/// written to `log`.
+pub fn controller(kubeconfig: &Path, log: impl Into<Stdio>) -> Process {
+    Process(
+        Command::new(BIN)
+            .args(["controller", "--no-leader-election"])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .env("KUBECONFIG", kubeconfig)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start brokkr controller"),
+    )
+}
+
 /// A Python virtual environment with bench/baselines/requirements.txt, made once per target
 /// directory; `None` (with the reason printed) when python3 or its venv module cannot make one.
 pub fn python_venv() -> Option<PathBuf> {
