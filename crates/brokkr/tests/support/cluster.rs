@@ -94,7 +94,7 @@ pub async fn condition(
 }
 
 /// A namespace of its own, deleted (without waiting) when dropped.
-pub struct Namespace(pub String);
+pub struct Namespace(String);
 
 impl Namespace {
     pub fn new() -> Self {
@@ -104,6 +104,10 @@ impl Namespace {
         );
         kubectl(&["create", "namespace", &name], "");
         Self(name)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -163,5 +167,119 @@ impl Drop for Controller {
             let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
             eprintln!("--- brokkr controller's log ---\n{log}--- end of log ---");
         }
+    }
+}
+
+/// The test's controller, a fresh namespace and a broker of its own for brokkr on loopback,
+/// deleted when dropped: a ClusterServiceBroker, or a ServiceBroker in the namespace.
+pub struct Scope {
+    pub namespace: Namespace,
+    pub broker: String,
+    pub cluster: bool,
+    _controller: Controller,
+}
+
+impl Scope {
+    /// With a ServiceBroker of the namespace.
+    pub async fn new(broker_url: &str) -> Self {
+        Self::with(broker_url, false).await
+    }
+
+    /// The spec fields that name `class` and `plan` in this scope's catalog.
+    pub fn plan(&self, class: &str, plan: &str) -> String {
+        let prefix = if self.cluster {
+            "clusterService"
+        } else {
+            "service"
+        };
+        format!("{prefix}ClassExternalName: {class}\n  {prefix}PlanExternalName: {plan}")
+    }
+
+    /// With a ClusterServiceBroker.
+    pub async fn cluster(broker_url: &str) -> Self {
+        Self::with(broker_url, true).await
+    }
+
+    async fn with(broker_url: &str, cluster: bool) -> Self {
+        let controller = Controller::start();
+        let namespace = Namespace::new();
+        let scope = Self {
+            broker: namespace.as_str().to_owned(),
+            namespace,
+            cluster,
+            _controller: controller,
+        };
+        kubectl(
+            &[
+                "-n",
+                scope.namespace.as_str(),
+                "create",
+                "secret",
+                "generic",
+                "broker-auth",
+                "--from-literal=username=platform",
+                "--from-literal=password=s3cret",
+            ],
+            "",
+        );
+        let ns = scope.namespace.as_str();
+        if cluster {
+            apply(&format!(
+                "apiVersion: services.brokkr.dev/v1alpha1
+kind: ClusterServiceBroker
+metadata: {{name: {broker}}}
+spec:
+  url: {broker_url}
+  authInfo: {{basic: {{secretRef: {{namespace: {ns}, name: broker-auth}}}}}}
+",
+                broker = scope.broker,
+            ));
+            condition(
+                ns,
+                "clusterservicebroker",
+                &scope.broker,
+                "Ready",
+                "FetchedCatalog",
+            )
+            .await;
+        } else {
+            apply(&format!(
+                "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBroker
+metadata: {{name: {broker}, namespace: {ns}}}
+spec:
+  url: {broker_url}
+  authInfo: {{basic: {{secretRef: {{name: broker-auth}}}}}}
+",
+                broker = scope.broker,
+            ));
+            condition(
+                ns,
+                "servicebroker",
+                &scope.broker,
+                "Ready",
+                "FetchedCatalog",
+            )
+            .await;
+        }
+        scope
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        if !self.cluster {
+            return;
+        }
+        let _ = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig())
+            .args([
+                "delete",
+                "clusterservicebroker",
+                &self.broker,
+                "--wait=false",
+            ])
+            .output();
     }
 }
