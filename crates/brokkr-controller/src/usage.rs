@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 
 use crate::Context;
 use crate::finalizer;
+use crate::platform;
 use crate::projector::{self, Injection, Mapping};
 use crate::resources::{
     ConditionStatus, InjectedTarget, ServiceBinding, ServiceBindingUsage,
@@ -40,8 +41,11 @@ use crate::resources::{
 
 /// The finalizer under which a usage's injection is removed.
 pub const FINALIZER: &str = "services.brokkr.dev/service-binding-usage";
-/// How soon a waiting usage looks again.
+/// How soon a waiting usage looks again, at first: the pause grows with the wait (a tenth of it)
+/// up to [`MAX_RECHECK`], so that a usage whose workload is deployed much later costs little.
 const RECHECK: Duration = Duration::from_secs(10);
+/// The longest pause between two looks of a waiting usage.
+const MAX_RECHECK: Duration = Duration::from_secs(120);
 /// How often an injected usage checks its workload still carries the injection.
 const RESYNC: Duration = Duration::from_secs(60);
 
@@ -270,6 +274,11 @@ async fn reconcile_inner(usage: &ServiceBindingUsage, ctx: &Context) -> Result<A
     Ok(action)
 }
 
+/// The pause before a usage that has waited `waited` looks again.
+fn recheck_after(waited: Duration) -> Duration {
+    (waited / 10).clamp(RECHECK, MAX_RECHECK)
+}
+
 /// Injects, or says what it waits for; `status.injected` follows what the workload carries.
 async fn inject(
     usage: &ServiceBindingUsage,
@@ -278,7 +287,14 @@ async fn inject(
     status: &mut ServiceBindingUsageStatus,
 ) -> Result<(Outcome, Action), Error> {
     let name = usage.name_any();
-    let wait = |outcome| Ok((outcome, Action::requeue(RECHECK)));
+    let waited = platform::elapsed_since(
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::False)
+            .and_then(|c| c.last_transition_time.as_ref()),
+    );
+    let wait = |outcome| Ok((outcome, Action::requeue(recheck_after(waited))));
 
     let bindings = Api::<ServiceBinding>::namespaced(ctx.client.clone(), namespace);
     let binding_name = &usage.spec.service_binding_ref.name;
@@ -557,4 +573,20 @@ fn injected_patch(target: Option<&InjectedTarget>) -> Value {
         }
     }
     value
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::recheck_after;
+
+    #[test]
+    fn a_waiting_usage_looks_again_less_often_the_longer_it_waits() {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        assert_eq!(recheck_after(Duration::ZERO), Duration::from_secs(10));
+        assert_eq!(recheck_after(minutes(5)), Duration::from_secs(30));
+        assert_eq!(recheck_after(minutes(20)), Duration::from_secs(120));
+        assert_eq!(recheck_after(minutes(60 * 24)), Duration::from_secs(120));
+    }
 }
