@@ -89,10 +89,37 @@ pub async fn event<K>(
     }
 }
 
+/// How soon a reconcile that found its cached object stale runs again, if the watch has not
+/// delivered the newer object by then.
+pub const STALE_RETRY: Duration = Duration::from_secs(1);
+
+/// Whether the API server holds another status for `object` than the cache it came from. A
+/// reconcile can run on a cached object from before its own last status write (another watch
+/// event woke it first); starting an operation from that view would send the broker a provision
+/// or bind it already has, which brokers that are not idempotent answer with 409 Conflict. One
+/// GET, made only before a broker call that starts an operation.
+pub async fn status_is_stale<K>(api: &kube::Api<K>, object: &K) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let Some(fresh) = api.get_opt(&name).await? else {
+        return Ok(false);
+    };
+    let status = |o: &K| serde_json::to_value(o).ok().map(|v| v["status"].clone());
+    Ok(status(&fresh) != status(object))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use brokkr_fake_kube::FakeCluster;
     use brokkr_osb::client::{BrokerError, StatusCode};
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+
+    use crate::resources::{self, ServiceInstance};
 
     fn broker(status: StatusCode) -> OsbError {
         OsbError::Broker(BrokerError {
@@ -140,5 +167,30 @@ mod tests {
         assert_eq!(humanize(Duration::from_secs(3600)), "1h");
         assert_eq!(humanize(Duration::from_secs(5400)), "90m");
         assert_eq!(humanize(Duration::from_secs(45)), "45s");
+    }
+
+    #[tokio::test]
+    async fn a_cached_object_from_before_a_status_write_is_stale() {
+        let fake = FakeCluster::start().await;
+        for crd in resources::crds() {
+            fake.add_crd(&crd);
+        }
+        fake.create(json!({"apiVersion": "services.brokkr.dev/v1alpha1", "kind": "ServiceInstance",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"clusterServiceClassExternalName": "c", "clusterServicePlanExternalName": "p"}}));
+        let api = Api::<ServiceInstance>::namespaced(fake.client(), "default");
+        let cached = api.get("db").await.unwrap();
+        assert!(!status_is_stale(&api, &cached).await.unwrap());
+
+        let written = api
+            .patch_status(
+                "db",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"asyncOpInProgress": true}})),
+            )
+            .await
+            .unwrap();
+        assert!(status_is_stale(&api, &cached).await.unwrap());
+        assert!(!status_is_stale(&api, &written).await.unwrap());
     }
 }

@@ -155,7 +155,15 @@ impl Targets {
     /// Builds every target of `config`: reads each admin URL (from its environment variable or
     /// file) and prepares a connection pool that connects on first use, so a server that is
     /// down does not stop the broker from starting.
+    /// Every target whose admin URL cannot be read is named in one error.
     pub fn from_config(config: &BTreeMap<String, TargetConfig>) -> Result<Self, TargetError> {
+        let unreadable: Vec<String> = unreadable_admin_urls(config)
+            .into_iter()
+            .map(|(_, problem)| problem)
+            .collect();
+        if !unreadable.is_empty() {
+            return Err(TargetError::Invalid(unreadable.join("; ")));
+        }
         let mut targets = Self::default();
         for (name, target) in config {
             if target.servers_per_step() {
@@ -206,6 +214,20 @@ impl Targets {
     pub fn facts(&self) -> Value {
         Value::Object(self.facts.clone())
     }
+}
+
+/// Why each target of `config` whose admin URL must be read at start cannot be: an environment
+/// variable that is not set, a `url_file` that cannot be read, a URL that does not parse. Empty
+/// when `brokkr serve` can build them all. Nothing is connected to. Each is (target, problem).
+pub fn unreadable_admin_urls(config: &BTreeMap<String, TargetConfig>) -> Vec<(&str, String)> {
+    config
+        .iter()
+        .filter(|(_, t)| t.kind != TargetKind::Kubernetes && !t.servers_per_step())
+        .filter_map(|(name, target)| {
+            let problem = AdminUrl::resolve(name, target).err()?;
+            Some((name.as_str(), problem.to_string()))
+        })
+        .collect()
 }
 
 /// The shared-server target of `config`'s kind for the server at `url`.

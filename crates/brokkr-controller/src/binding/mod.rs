@@ -195,6 +195,10 @@ impl<'a> Reconcile<'a> {
         if self.status.async_op_in_progress {
             return self.poll(&instance, &resolved).await;
         }
+        // A bind starts an operation at the broker: only from the object as it is now.
+        if platform::status_is_stale(&self.bindings, self.binding).await? {
+            return Ok(Action::requeue(platform::STALE_RETRY));
+        }
         if !resolved.plan.bindable.unwrap_or(resolved.class.bindable) {
             let message = format!(
                 "the plan {} of the class {} is not bindable",
@@ -675,6 +679,9 @@ impl<'a> Reconcile<'a> {
         };
         if self.status.async_op_in_progress {
             return self.poll(&instance, &resolved).await;
+        }
+        if platform::status_is_stale(&self.bindings, self.binding).await? {
+            return Ok(Action::requeue(platform::STALE_RETRY));
         }
         self.unbind(&instance, &resolved).await
     }

@@ -195,6 +195,14 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     if status.async_op_in_progress {
         return poll::poll(instance, ctx, status, &resolved).await;
     }
+    // What follows may start an operation at the broker: only from the object as it is now.
+    let api = Api::<ServiceInstance>::namespaced(
+        ctx.client.clone(),
+        &instance.namespace().unwrap_or_default(),
+    );
+    if platform::status_is_stale(&api, instance).await? {
+        return Ok(Action::requeue(platform::STALE_RETRY));
+    }
     if deleting || status.orphan_mitigation_in_progress {
         return delete::deprovision(instance, ctx, status, &resolved).await;
     }

@@ -10,11 +10,26 @@ pub struct CheckArgs {
     /// Configuration file or directory (default: the built-in quickstart).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<PathBuf>,
+    /// Also fail on warnings: a target whose admin URL cannot be read here (an environment
+    /// variable not set, a `url_file` missing), which `brokkr serve` would refuse.
+    #[arg(long)]
+    strict: bool,
 }
 
-/// Loads the configuration; every error it has makes the command fail.
+/// Loads the configuration; every error it has makes the command fail. What only the machine
+/// that serves must have (the targets' admin URLs) is a warning, or with `--strict` an error.
 pub async fn run(args: CheckArgs) -> Result<()> {
     let config = crate::config::load_config(args.config.as_deref())?;
+    let unreadable = brokkr_targets::unreadable_admin_urls(&config.targets);
+    for (_, problem) in &unreadable {
+        eprintln!("warning: {problem}");
+    }
+    if args.strict && !unreadable.is_empty() {
+        anyhow::bail!(
+            "--strict: the admin URL of {} cannot be read here",
+            count(unreadable.len(), "target")
+        );
+    }
     let services = config.catalog.services.len();
     let plans: usize = config.catalog.services.iter().map(|s| s.plans.len()).sum();
     println!(

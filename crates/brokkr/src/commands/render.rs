@@ -93,6 +93,12 @@ fn document(comment: &str, value: &Value) -> Result<String> {
 /// would tell them, with a placeholder host (`NAME.invalid`) when the admin URL cannot be read.
 /// The URL itself is never shown.
 fn target_facts(targets: &std::collections::BTreeMap<String, TargetConfig>) -> Value {
+    for (name, problem) in brokkr_targets::unreadable_admin_urls(targets) {
+        match targets.get(name).and_then(|t| t.host.as_deref()) {
+            Some(_) => eprintln!("warning: {problem}; rendering with its configured host"),
+            None => eprintln!("warning: {problem}; rendering with the host {name}.invalid"),
+        }
+    }
     let facts = targets
         .iter()
         .map(|(name, target)| {
