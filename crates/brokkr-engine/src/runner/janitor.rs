@@ -12,10 +12,11 @@
 use std::time::Duration;
 
 use brokkr_blueprint::Step;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{Engine, EngineOptions, Outcome, ms, skipped_steps};
+use super::steps::Outcome;
+use super::{Engine, EngineOptions, ms};
 use crate::metrics::{JanitorLabels, OrphanLabels};
 use crate::model::{Key, OpPlan, Operation, Orphan, OrphanContext, Resource, ResourceCopy};
 use crate::now_ms;
@@ -127,7 +128,7 @@ impl Engine {
     /// Claims the orphans that are due and tries each once, then refreshes the orphan gauge.
     pub(super) async fn sweep_orphans(&self) {
         let inner = &self.inner;
-        let lease_until = now_ms() + ms(inner.options.lease);
+        let lease_until = self.lease_until(now_ms());
         match (inner.store)
             .claim_orphans(&inner.owner, lease_until, SWEEP_BATCH)
             .await
@@ -238,6 +239,33 @@ impl Engine {
             Outcome::Fail(reason) => Err(reason),
         })
     }
+}
+
+/// The list of steps operation `op_id` skipped, kept in a resource's outputs as
+/// `{"skipped": {"op": ID, "steps": [...]}}`; a list of another operation is replaced.
+pub(super) fn skipped_steps_mut<'a>(outputs: &'a mut Value, op_id: &str) -> &'a mut Vec<Value> {
+    if !outputs.is_object() {
+        *outputs = Value::Object(Map::new());
+    }
+    if outputs["skipped"]["op"] != op_id || !outputs["skipped"]["steps"].is_array() {
+        outputs["skipped"] = serde_json::json!({"op": op_id, "steps": []});
+    }
+    outputs["skipped"]["steps"]
+        .as_array_mut()
+        .expect("an array, just checked")
+}
+
+/// The steps a finished deprovision or unbind of `r` skipped, to try again.
+fn skipped_steps(r: &Resource) -> Vec<Step> {
+    r.outputs["skipped"]["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter_map(|s| serde_json::from_value(s.clone()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// How an orphaned step is named to users: the step, its target, and why it was left.

@@ -1,0 +1,89 @@
+//! What a blueprint's templates see of stored resources: the template context of an operation's
+//! steps, registry values and a binding's credentials.
+
+use brokkr_blueprint::RegistryEntry;
+use brokkr_blueprint::evaluate::{EvaluationError, Subject};
+use serde_json::{Map, Value};
+
+use super::Engine;
+use crate::model::{Key, OpKind, Operation, Resource};
+use crate::store::StoreError;
+
+impl Engine {
+    /// The values templates and step kinds see for an operation on `r`. An update sees the
+    /// plan and parameters it is moving to. A binding sees `instance`, or else its instance as
+    /// stored.
+    pub(super) async fn template_context(
+        &self,
+        r: &Resource,
+        op: &Operation,
+        instance: Option<&Resource>,
+    ) -> Result<Value, StoreError> {
+        let (attrs, plan_id) = match op.kind {
+            OpKind::Update => (
+                op.request.get("attrs").unwrap_or(&r.attrs),
+                op.request["plan_id"].as_str().unwrap_or(&r.plan_id),
+            ),
+            _ => (&r.attrs, r.plan_id.as_str()),
+        };
+        let own = Resource {
+            attrs: attrs.clone(),
+            plan_id: plan_id.to_owned(),
+            ..r.clone()
+        };
+        let evaluator = &self.inner.evaluator;
+        if r.key.binding_id.is_none() {
+            return Ok(evaluator.context(&subject(&own), None));
+        }
+        let stored = match instance {
+            Some(_) => None,
+            None => {
+                let key = Key::instance(&r.key.instance_id);
+                self.inner.store.get(&key).await?
+            }
+        };
+        let instance = instance.or(stored.as_ref()).unwrap_or(&own);
+        Ok(evaluator.context(&subject(instance), Some(&subject(&own))))
+    }
+
+    /// Evaluates registry definitions for `r` in order, each seeing the values before it: for an
+    /// instance from nothing, for a binding (with its `instance`) from a copy of the instance's.
+    pub fn registry(
+        &self,
+        entries: &[RegistryEntry],
+        r: &Resource,
+        instance: Option<&Resource>,
+    ) -> Result<Map<String, Value>, EvaluationError> {
+        let evaluator = &self.inner.evaluator;
+        match instance {
+            Some(i) => evaluator.registry(entries, &subject(i), Some(&subject(r))),
+            None => evaluator.registry(entries, &subject(r), None),
+        }
+    }
+
+    /// Renders and checks the credentials a bind of `binding` to `instance` produces.
+    pub fn credentials(
+        &self,
+        instance: &Resource,
+        binding: &Resource,
+    ) -> Result<Value, EvaluationError> {
+        let Some(template) = &binding.op.plan.credentials else {
+            return Ok(Value::Object(Default::default()));
+        };
+        self.inner
+            .evaluator
+            .credentials(template, &subject(instance), &subject(binding))
+            .map(Value::Object)
+    }
+}
+
+/// How templates see a stored resource.
+fn subject(r: &Resource) -> Subject<'_> {
+    Subject {
+        id: r.key.binding_id.as_deref().unwrap_or(&r.key.instance_id),
+        service_id: &r.service_id,
+        plan_id: &r.plan_id,
+        attrs: &r.attrs,
+        registry: &r.outputs["registry"],
+    }
+}

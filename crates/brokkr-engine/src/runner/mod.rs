@@ -1,0 +1,166 @@
+//! The [`Engine`]: runs operations step by step, durably.
+//!
+//! An operation is created already leased to the engine of the process that accepted the request,
+//! which starts it at once. Each step returns done, retry-after or fail; progress is saved after
+//! every step with a compare-and-set on the operation id and the lease, so a superseded operation
+//! (a deprovision replacing a running provision) or one taken over by another replica stops on
+//! its next save. A background worker claims operations that are due and not leased by anyone
+//! alive: those that waited out a long retry, those of a process that died, and, on a
+//! single-process SQLite store, everything left running at the last shutdown.
+//!
+//! This module holds the engine, its options and shared state; the rest lives beside it:
+//!
+//! - `worker`: starting and stopping the engine, the worker that claims due operations, and
+//!   entering one operation;
+//! - `steps`: the step loop, one save point per outcome, and running one step once;
+//! - `target_step`: the `target` step kind and publishing a bind's credentials to targets;
+//! - `evaluate`: what templates see of an operation, registry values and credentials;
+//! - `finish`: ending an operation, and its events;
+//! - `janitor`: steps a deprovision or unbind left behind, retried in the background.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use brokkr_blueprint::evaluate::Evaluator;
+use brokkr_blueprint::template::Renderer;
+use brokkr_targets::Targets;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::EngineMetrics;
+use crate::model::{Event, Key, OpKind};
+use crate::step::StepKind;
+use crate::store::Store;
+
+mod evaluate;
+mod finish;
+mod janitor;
+mod steps;
+mod target_step;
+mod worker;
+
+/// Tunables of the engine; every duration can go down to milliseconds for tests.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How long a claim on an operation holds without being renewed.
+    pub lease: Duration,
+    /// How often the worker looks for due operations.
+    pub poll_interval: Duration,
+    /// Most operations claimed per poll.
+    pub claim_batch: i64,
+    /// How long tombstones of deleted resources are kept.
+    pub retention: Duration,
+    /// How long after a deprovision or unbind left a step behind the janitor first tries it
+    /// again; each failed attempt doubles the wait.
+    pub orphan_backoff: Duration,
+    /// The longest wait between two attempts at a step left behind.
+    pub orphan_backoff_max: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            claim_batch: 256,
+            retention: Duration::from_secs(24 * 3600),
+            orphan_backoff: Duration::from_secs(60),
+            orphan_backoff_max: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Deprovision and unbind never block on one step.
+fn non_blocking(kind: OpKind) -> bool {
+    matches!(kind, OpKind::Deprovision | OpKind::Unbind)
+}
+
+/// Runs operations. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    owner: String,
+    options: EngineOptions,
+    evaluator: Evaluator,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    /// Operations running in this process, by resource and operation id.
+    running: Mutex<HashSet<(Key, String)>>,
+    wake: Notify,
+    metrics: EngineMetrics,
+    steps: RwLock<HashMap<String, Arc<dyn StepKind>>>,
+    targets: Targets,
+    /// Events not yet written, by operation id.
+    events: Mutex<HashMap<String, Vec<Event>>>,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Engine {
+    /// Creates an engine with a fresh owner id and no targets.
+    pub fn new(store: Arc<dyn Store>, options: EngineOptions) -> Self {
+        Self::with_targets(store, options, Targets::default())
+    }
+
+    /// Creates an engine with a fresh owner id whose `target` steps act on `targets`.
+    pub fn with_targets(store: Arc<dyn Store>, options: EngineOptions, targets: Targets) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                owner: format!("brokkr-{}", uuid::Uuid::new_v4()),
+                options,
+                evaluator: Evaluator::new(Renderer::new(), targets.facts()),
+                shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+                running: Mutex::new(HashSet::new()),
+                wake: Notify::new(),
+                metrics: EngineMetrics::default(),
+                steps: RwLock::new(HashMap::from([(
+                    crate::http::NAME.to_owned(),
+                    Arc::new(crate::http::Http::default()) as Arc<dyn StepKind>,
+                )])),
+                targets,
+                events: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The store the engine runs on.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Makes a step kind available to blueprints as `run: <name>`.
+    pub fn register(&self, name: &str, kind: Arc<dyn StepKind>) {
+        let mut steps = self.inner.steps.write().expect("lock");
+        steps.insert(name.to_owned(), kind);
+    }
+
+    /// The engine's metrics, to register with a Prometheus registry.
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.inner.metrics
+    }
+
+    /// This engine's lease owner id.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// The lease length in milliseconds, for operations created for this engine.
+    pub fn lease_ms(&self) -> i64 {
+        ms(self.inner.options.lease)
+    }
+
+    /// When a lease taken or renewed at `now` runs out.
+    fn lease_until(&self, now: i64) -> i64 {
+        now + ms(self.inner.options.lease)
+    }
+}

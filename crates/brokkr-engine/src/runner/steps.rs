@@ -1,0 +1,447 @@
+//! The step loop: runs an operation's steps in order until it ends, waits long, is superseded
+//! or the engine shuts down. A step's own outcome first goes through the rules of its
+//! operation (optional steps, teardown that never blocks, budgets); then each outcome — done,
+//! skipped, retry after a wait, failed — has one save point, where the operation's progress (or
+//! its end) is saved with a compare-and-set, and the loop stops when it no longer holds the
+//! operation. Also here: running one step once, the `when`, `delay` and `run:` kinds; the
+//! `target` kind is in `target_step`.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use brokkr_blueprint::Step;
+use serde_json::{Map, Value};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::janitor::skipped_steps_mut;
+use super::{Engine, ms, non_blocking};
+use crate::metrics::StepLabels;
+use crate::model::{Key, OpKind, Operation, Resource};
+use crate::now_ms;
+use crate::step::{StepContext, StepOutcome};
+use crate::store::StoreError;
+
+/// What the runner does after a step.
+pub(super) enum Outcome {
+    /// Finished, perhaps with values for the registry.
+    Done(Option<Map<String, Value>>),
+    /// Run again after the wait; the reason, if any, is shown to the user.
+    RetryAfter(Duration, Option<String>),
+    Fail(String),
+    /// Go on without it (condition false, optional step failed, non-blocking budget spent).
+    Skip(String),
+}
+
+/// Default time a deprovision or unbind step may keep asking to be retried before it is skipped.
+const DEFAULT_BUDGET: Duration = Duration::from_secs(300);
+
+/// What the step loop does after an outcome's save point.
+enum Next {
+    /// Go round again: the next step, the same one after its wait, or the operation's end.
+    Run,
+    /// Stop here: the operation ended, was handed back to the worker for a long wait, or is not
+    /// this engine's any more (superseded or taken over).
+    Stop,
+}
+
+impl Engine {
+    /// Runs the steps of `op` on `resource` from where it stands.
+    pub(super) async fn drive_steps(
+        &self,
+        resource: &mut Resource,
+        op: &mut Operation,
+    ) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        loop {
+            let now = now_ms();
+            if inner.shutdown.is_cancelled() {
+                return inner
+                    .store
+                    .release(&resource.key, &op.id, &inner.owner)
+                    .await;
+            }
+            if now >= op.deadline_at {
+                let at = op.plan.steps.get(op.step).map_or_else(
+                    || "while finishing".to_owned(),
+                    |s| format!("in step '{}'", s.name),
+                );
+                let reason = format!("{} timed out {at}", op.kind.as_str());
+                return self.finish(resource, &op.id, Err(reason)).await;
+            }
+            let Some(step) = op.plan.steps.get(op.step) else {
+                let outcome = self.complete(resource).await?;
+                return self.finish(resource, &op.id, outcome).await;
+            };
+            if op.step_started_at.is_none() {
+                self.event(&op.id, "step_started", Some(&step.name), None)
+                    .await;
+            }
+            let started = op.step_started_at.unwrap_or(now);
+            let outcome = self
+                .run_step(resource, op, step, started, now, None)
+                .instrument(info_span!("step", step = %step.name))
+                .await?;
+            // What follows — the step's duration, its budget, the next run — counts from now
+            // that it has run.
+            let now = now_ms();
+            let (outcome, left_behind) = settle(op.kind, step, outcome, now - started);
+            let next = match outcome {
+                Outcome::Done(produced) => {
+                    self.step_done(resource, op, produced, started, now).await?
+                }
+                Outcome::Skip(reason) => {
+                    self.step_skipped(resource, op, reason, left_behind, now)
+                        .await?
+                }
+                Outcome::RetryAfter(wait, reason) => {
+                    self.step_waits(&resource.key, op, wait, reason, started, now)
+                        .await?
+                }
+                Outcome::Fail(reason) => self.step_failed(resource, op, &reason).await?,
+            };
+            if let Next::Stop = next {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A step finished: records what it produced, then moves on.
+    async fn step_done(
+        &self,
+        resource: &mut Resource,
+        op: &mut Operation,
+        produced: Option<Map<String, Value>>,
+        started: i64,
+        now: i64,
+    ) -> Result<Next, StoreError> {
+        let step = current(op);
+        info!(step = %step.name, kind = op.kind.as_str(), "step finished");
+        if non_blocking(op.kind) {
+            // Done at last, if an earlier deprovision or unbind left it behind.
+            let (key, created) = (&resource.key, resource.created_at);
+            (self.inner.store)
+                .resolve_orphan(key, created, &step.name)
+                .await?;
+        }
+        if let Some(values) = produced {
+            add_to_registry(&mut resource.outputs, values);
+            if !self.save_outputs(resource, &op.id).await? {
+                return Ok(Next::Stop); // superseded or taken over
+            }
+        }
+        let took = format!("{} ms", now - started);
+        let seconds = Duration::from_millis(u64::try_from(now - started).unwrap_or(0));
+        (self.inner.metrics.step_seconds)
+            .get_or_create(&step_labels(op, step))
+            .observe(seconds.as_secs_f64());
+        self.event(&op.id, "step_finished", Some(&step.name), Some(took))
+            .await;
+        self.advance(&resource.key, op, now, " done").await
+    }
+
+    /// A step is skipped: one that a deprovision or unbind leaves unfinished is kept, so that
+    /// the janitor or a later deprovision can try it again. Then moves on.
+    async fn step_skipped(
+        &self,
+        resource: &mut Resource,
+        op: &mut Operation,
+        reason: String,
+        left_behind: bool,
+        now: i64,
+    ) -> Result<Next, StoreError> {
+        let step = current(op);
+        if left_behind {
+            let skipped = skipped_steps_mut(&mut resource.outputs, &op.id);
+            skipped.push(serde_json::to_value(step).expect("steps serialize"));
+            if !self.save_outputs(resource, &op.id).await? {
+                return Ok(Next::Stop); // superseded or taken over
+            }
+            self.leave_behind(resource, op, step, &reason).await?;
+        } else {
+            warn!(step = %step.name, kind = op.kind.as_str(), %reason, "step skipped");
+        }
+        let state = format!(" skipped ({reason})");
+        self.event(&op.id, "step_skipped", Some(&step.name), Some(reason))
+            .await;
+        self.advance(&resource.key, op, now, &state).await
+    }
+
+    /// A step asks to be run again after `wait` (cut to the deadline): saves that, then hands a
+    /// long wait back to the worker, or sleeps through a short one here.
+    async fn step_waits(
+        &self,
+        key: &Key,
+        op: &mut Operation,
+        wait: Duration,
+        reason: Option<String>,
+        started: i64,
+        now: i64,
+    ) -> Result<Next, StoreError> {
+        let inner = &self.inner;
+        let step = current(op);
+        (inner.metrics.step_waits)
+            .get_or_create(&step_labels(op, step))
+            .inc();
+        if let Some(reason) = &reason {
+            self.event(&op.id, "step_retry", Some(&step.name), Some(reason.clone()))
+                .await;
+        }
+        let wait = wait.min(Duration::from_millis(
+            u64::try_from(op.deadline_at - now).unwrap_or(0),
+        ));
+        let state = match &reason {
+            Some(reason) => format!(": {reason}"),
+            None => " in progress".to_owned(),
+        };
+        op.description = Some(describe(op, &state));
+        op.step_started_at = Some(started);
+        op.next_run_at = now + ms(wait);
+        if wait > inner.options.lease / 2 {
+            // A long wait: hand the operation back to the worker.
+            let owner = inner.owner.as_str();
+            if inner.store.save_progress(key, op, owner).await? {
+                inner.store.release(key, &op.id, owner).await?;
+            }
+            return Ok(Next::Stop);
+        }
+        if !self.save_progress(key, op, now).await? {
+            return Ok(Next::Stop); // superseded or taken over
+        }
+        if wait >= Duration::from_secs(1) {
+            self.flush_events(&op.id).await;
+        }
+        tokio::select! {
+            () = inner.shutdown.cancelled() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        Ok(Next::Run)
+    }
+
+    /// A step failed, and with it the operation: saves its end.
+    async fn step_failed(
+        &self,
+        resource: &Resource,
+        op: &Operation,
+        reason: &str,
+    ) -> Result<Next, StoreError> {
+        let step = current(op);
+        let reason = format!("step '{}' failed: {reason}", step.name);
+        self.event(
+            &op.id,
+            "step_failed",
+            Some(&step.name),
+            Some(reason.clone()),
+        )
+        .await;
+        self.finish(resource, &op.id, Err(reason)).await?;
+        Ok(Next::Stop)
+    }
+
+    /// Moves `op` past its current step, which ended in `state` (`" done"`, `" skipped (…)"`),
+    /// and saves its progress — unless no step is left: the operation ends then, and its end is
+    /// saved with a compare-and-set of its own.
+    async fn advance(
+        &self,
+        key: &Key,
+        op: &mut Operation,
+        now: i64,
+        state: &str,
+    ) -> Result<Next, StoreError> {
+        op.description = Some(describe(op, state));
+        op.step += 1;
+        op.step_started_at = None;
+        op.next_run_at = now;
+        if op.step == op.plan.steps.len() || self.save_progress(key, op, now).await? {
+            return Ok(Next::Run);
+        }
+        Ok(Next::Stop) // superseded or taken over
+    }
+
+    /// Renews the lease of `op` from `now` and saves its progress; false when it is not this
+    /// engine's any more (superseded or taken over).
+    async fn save_progress(
+        &self,
+        key: &Key,
+        op: &mut Operation,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        op.lease_until = self.lease_until(now);
+        let inner = &self.inner;
+        inner.store.save_progress(key, op, &inner.owner).await
+    }
+
+    /// Saves `r`'s outputs while its operation `op_id` is still this engine's; false when it
+    /// is not any more (superseded or taken over).
+    async fn save_outputs(&self, r: &Resource, op_id: &str) -> Result<bool, StoreError> {
+        let inner = &self.inner;
+        inner
+            .store
+            .save_outputs(&r.key, op_id, &inner.owner, &r.outputs)
+            .await
+    }
+
+    /// Runs one step once.
+    pub(super) async fn run_step(
+        &self,
+        r: &Resource,
+        op: &Operation,
+        step: &Step,
+        started: i64,
+        now: i64,
+        instance: Option<&Resource>,
+    ) -> Result<Outcome, StoreError> {
+        let context = if step.when.is_some() || step.run.is_some() || step.target.is_some() {
+            self.template_context(r, op, instance).await?
+        } else {
+            Value::Null
+        };
+        if let Some(when) = &step.when {
+            match self.inner.evaluator.condition(when, &context) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Outcome::Skip("its condition is false".into())),
+                Err(e) => return Ok(Outcome::Fail(format!("condition: {e}"))),
+            }
+        }
+        if let Some(delay) = step.delay {
+            let elapsed = u64::try_from(now - started).unwrap_or(0);
+            let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
+            return Ok(if remaining.is_zero() {
+                Outcome::Done(None)
+            } else {
+                Outcome::RetryAfter(remaining, None)
+            });
+        }
+        let result = if let Some(target) = &step.target {
+            let run = self.target_step(r, op.kind, step, target, &context, now - started);
+            futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await
+        } else {
+            let Some(name) = &step.run else {
+                return Ok(Outcome::Fail("the step has no action".into()));
+            };
+            let kind = self.inner.steps.read().expect("lock").get(name).cloned();
+            let Some(kind) = kind else {
+                return Ok(Outcome::Fail(format!(
+                    "no step kind named {name:?} is compiled into this broker"
+                )));
+            };
+            let with = match self.inner.evaluator.renderer.render(&step.with, &context) {
+                Ok(with) => with,
+                Err(e) => return Ok(Outcome::Fail(format!("with: {e}"))),
+            };
+            let ctx = StepContext {
+                op_kind: op.kind,
+                step: &step.name,
+                with: &with,
+                resource: r,
+                template_context: &context,
+                started_at: started,
+            };
+            futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await
+        };
+        Ok(match result {
+            Ok(StepOutcome::Done) => Outcome::Done(None),
+            Ok(StepOutcome::Produced(values)) => {
+                let undeclared: Vec<&str> = values
+                    .keys()
+                    .filter(|k| !step.outputs.contains(k))
+                    .map(String::as_str)
+                    .collect();
+                if undeclared.is_empty() {
+                    Outcome::Done(Some(values))
+                } else {
+                    Outcome::Fail(format!(
+                        "produced registry values the step does not declare in `outputs`: {}",
+                        undeclared.join(", ")
+                    ))
+                }
+            }
+            Ok(StepOutcome::RetryAfter { after, reason }) => {
+                Outcome::RetryAfter(after, Some(reason))
+            }
+            Ok(StepOutcome::Fail(reason)) => Outcome::Fail(reason),
+            Err(panic) => Outcome::Fail(format!("panicked: {}", panic_message(panic.as_ref()))),
+        })
+    }
+}
+
+/// Applies the rules of an operation of `kind` to the outcome of its `step`, which has been
+/// tried for `elapsed_ms`: an optional step, or one of a deprovision or unbind, that fails is
+/// skipped; a step that keeps asking to be retried past its budget is skipped by deprovision
+/// and unbind (which always have one) and fails other operations. The flag tells a step that
+/// deprovision or unbind skipped this way: it is left behind, unfinished.
+fn settle(kind: OpKind, step: &Step, outcome: Outcome, elapsed_ms: i64) -> (Outcome, bool) {
+    let teardown = non_blocking(kind);
+    let budget = match teardown {
+        true => Some(step.budget.unwrap_or(DEFAULT_BUDGET)),
+        false => step.budget,
+    };
+    match outcome {
+        Outcome::Fail(reason) if step.optional || teardown => {
+            (Outcome::Skip(format!("failed: {reason}")), teardown)
+        }
+        Outcome::RetryAfter(wait, reason) => match budget.filter(|b| elapsed_ms >= ms(*b)) {
+            None => (Outcome::RetryAfter(wait, reason), false),
+            Some(budget) => {
+                let last = reason.as_deref().unwrap_or("still waiting");
+                let reason = format!("gave up after {}: {last}", humantime_ms(budget));
+                match teardown {
+                    true => (Outcome::Skip(reason), true),
+                    false => (Outcome::Fail(reason), false),
+                }
+            }
+        },
+        outcome => (outcome, false),
+    }
+}
+
+/// The step `op` is at; the loop handles an outcome only while there is one.
+fn current(op: &Operation) -> &Step {
+    &op.plan.steps[op.step]
+}
+
+/// The description of `op` at its current step, in `state`.
+fn describe(op: &Operation, state: &str) -> String {
+    let (kind, total) = (op.kind.as_str(), op.plan.steps.len());
+    let name = &current(op).name;
+    format!("{kind}: step {}/{total} '{name}'{state}", op.step + 1)
+}
+
+/// Adds registry values a step produced to a resource's outputs.
+fn add_to_registry(outputs: &mut Value, values: Map<String, Value>) {
+    if !outputs.is_object() {
+        *outputs = Value::Object(Map::new());
+    }
+    let registry = &mut outputs["registry"];
+    if !registry.is_object() {
+        *registry = Value::Object(Map::new());
+    }
+    if let Value::Object(registry) = registry {
+        registry.extend(values);
+    }
+}
+
+fn step_labels(op: &Operation, step: &Step) -> StepLabels {
+    StepLabels {
+        kind: op.kind.as_str().to_owned(),
+        step: step.name.clone(),
+    }
+}
+
+fn humantime_ms(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The message of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}

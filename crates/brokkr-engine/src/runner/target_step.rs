@@ -1,0 +1,210 @@
+//! The `target` step kind: renders a step's templates, then applies them to a target and waits
+//! until they are ready, its `readiness` checks pass and its `read` entries are read — or, in
+//! deprovision and unbind, deletes them. Also publishing a bind's credentials where its steps
+//! with `secret` say. The [`Scope`] a target acts in is built in one place, `scope`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use brokkr_blueprint::Step;
+use brokkr_blueprint::evaluate::EvaluationError;
+use brokkr_targets::{Readiness, Scope, Target, TargetError};
+use serde_json::{Map, Value};
+
+use super::{Engine, non_blocking};
+use crate::model::{OpKind, Resource};
+use crate::step::StepOutcome;
+use crate::store::StoreError;
+
+/// Why a `target` step stops before its end.
+enum Halt {
+    /// Not yet: a server out of reach, or a resource not ready; run the step again later.
+    Retry(String),
+    /// For good: the step is wrong, or a server refused it.
+    Fail(String),
+}
+
+impl From<TargetError> for Halt {
+    fn from(e: TargetError) -> Self {
+        match e {
+            TargetError::Unavailable(reason) => Self::Retry(reason),
+            TargetError::Invalid(reason) => Self::Fail(reason),
+        }
+    }
+}
+
+/// Goes on when a resource or check is ready; waits otherwise.
+fn ready(readiness: Readiness) -> Result<(), Halt> {
+    match readiness {
+        Readiness::Ready => Ok(()),
+        Readiness::Waiting(reason) => Err(Halt::Retry(reason)),
+    }
+}
+
+/// Templates that do not render fail the step.
+fn unrendered(e: EvaluationError) -> Halt {
+    Halt::Fail(e.to_string())
+}
+
+impl Engine {
+    /// Runs a `target` step of `r` on the target `name` once. A server that cannot be reached,
+    /// or a resource not ready yet, is retried with a wait that grows with `elapsed_ms`.
+    pub(super) async fn target_step(
+        &self,
+        r: &Resource,
+        kind: OpKind,
+        step: &Step,
+        name: &str,
+        context: &Value,
+        elapsed_ms: i64,
+    ) -> StepOutcome {
+        match self.act_on_target(r, kind, step, name, context).await {
+            Ok(values) if values.is_empty() => StepOutcome::Done,
+            Ok(values) => StepOutcome::Produced(values),
+            Err(Halt::Retry(reason)) => StepOutcome::retry(retry_wait(elapsed_ms), reason),
+            Err(Halt::Fail(reason)) => StepOutcome::Fail(reason),
+        }
+    }
+
+    /// Renders the step's templates; in deprovision and unbind deletes them last to first,
+    /// otherwise applies them in order and waits until each is ready, then runs its checks and
+    /// returns the values it reads.
+    async fn act_on_target(
+        &self,
+        r: &Resource,
+        kind: OpKind,
+        step: &Step,
+        name: &str,
+        context: &Value,
+    ) -> Result<Map<String, Value>, Halt> {
+        let evaluator = &self.inner.evaluator;
+        let target = self.target(step, name, context).map_err(Halt::Fail)?;
+        let resources = (evaluator.resources(&step.templates, context)).map_err(unrendered)?;
+        let scope = &scope(r, step, context);
+        if non_blocking(kind) {
+            if let Some(secret) = &step.secret {
+                let name = self.secret_name(secret, context).map_err(Halt::Fail)?;
+                target.unpublish_credentials(&name, scope).await?;
+            }
+            for resource in resources.iter().rev() {
+                target.delete(resource, scope).await?;
+            }
+            if kind == OpKind::Deprovision {
+                target.released(scope).await?;
+            }
+            return Ok(Map::new());
+        }
+        for resource in &resources {
+            target.apply(resource, scope).await?;
+        }
+        if kind == OpKind::Update {
+            target.prune(&resources, scope).await?;
+        }
+        for resource in &resources {
+            ready(target.ready(resource, scope).await?)?;
+        }
+        let checks = (evaluator.resources(&step.readiness, context)).map_err(unrendered)?;
+        let reads = (evaluator.resources(&step.read, context)).map_err(unrendered)?;
+        for check in &checks {
+            ready(target.check(check, scope).await?)?;
+        }
+        let mut values = Map::new();
+        for read in &reads {
+            values.extend(target.read(read, scope).await?);
+        }
+        Ok(values)
+    }
+
+    /// The target a step acts on: the configured target `name`, or, for a step with `server`,
+    /// one of kind `name` on the server it renders.
+    fn target(&self, step: &Step, name: &str, context: &Value) -> Result<Arc<dyn Target>, String> {
+        match &step.server {
+            None => self.configured(name).cloned(),
+            Some(server) => (self.inner.evaluator.renderer.render(server, context))
+                .map_err(|e| format!("server: {e}"))
+                .and_then(|server| {
+                    (self.inner.targets.on_server(name, &server)).map_err(|e| e.to_string())
+                }),
+        }
+    }
+
+    /// The configured target `name`.
+    fn configured(&self, name: &str) -> Result<&Arc<dyn Target>, String> {
+        (self.inner.targets.get(name))
+            .ok_or_else(|| format!("no target named {name:?} is configured"))
+    }
+
+    /// Renders a step's `secret: {name}` to the name its credentials are published under.
+    fn secret_name(&self, secret: &Value, context: &Value) -> Result<String, String> {
+        let rendered = self.inner.evaluator.renderer.render(secret, context);
+        match rendered.map_err(|e| format!("secret: {e}"))?.get("name") {
+            Some(Value::String(name)) => Ok(name.clone()),
+            _ => Err("secret: `name` must render to a string".into()),
+        }
+    }
+
+    /// Writes a bind's credentials where its steps with `secret` say; records where in the
+    /// binding's outputs (`secrets`).
+    pub(super) async fn publish(
+        &self,
+        r: &Resource,
+        credentials: &Value,
+        outputs: &mut Value,
+    ) -> Result<Result<(), String>, StoreError> {
+        let steps: Vec<&Step> =
+            r.op.plan
+                .steps
+                .iter()
+                .filter(|s| s.secret.is_some())
+                .collect();
+        if steps.is_empty() {
+            return Ok(Ok(()));
+        }
+        let context = self.template_context(r, &r.op, None).await?;
+        let empty = Map::new();
+        let credentials = credentials.as_object().unwrap_or(&empty);
+        let mut published = Vec::new();
+        for step in steps {
+            let (Some(secret), Some(name)) = (&step.secret, &step.target) else {
+                continue;
+            };
+            let target = match self.configured(name) {
+                Ok(target) => target,
+                Err(reason) => return Ok(Err(reason)),
+            };
+            let at = match self.secret_name(secret, &context) {
+                Ok(secret_name) => (target)
+                    .publish_credentials(&secret_name, credentials, &scope(r, step, &context))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(reason) => Err(reason),
+            };
+            match at {
+                Ok(at) => published.push(at),
+                Err(reason) => return Ok(Err(format!("step '{}': {reason}", step.name))),
+            }
+        }
+        outputs["secrets"] = Value::Array(published);
+        Ok(Ok(()))
+    }
+}
+
+/// Where a `target` step of `r` acts, seen through its template context: an update's steps act
+/// for the plan it moves to.
+fn scope<'a>(r: &'a Resource, step: &'a Step, context: &'a Value) -> Scope<'a> {
+    Scope {
+        instance_id: &r.key.instance_id,
+        binding_id: r.key.binding_id.as_deref(),
+        service_id: &r.service_id,
+        plan_id: context["plan_id"].as_str().unwrap_or(&r.plan_id),
+        step: &step.name,
+        context: &context["instance"]["context"],
+    }
+}
+
+/// How long to wait before trying a step again, growing with the time it has been tried:
+/// from 200 ms up to 15 s.
+fn retry_wait(elapsed_ms: i64) -> Duration {
+    let half = u64::try_from(elapsed_ms / 2).unwrap_or(0);
+    Duration::from_millis(half.clamp(200, 15_000))
+}
