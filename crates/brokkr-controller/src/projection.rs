@@ -517,8 +517,8 @@ fn edit(
 }
 
 /// Sends the difference between `before` and `after`, if any, as a JSON patch that first tests
-/// the `resourceVersion` it was computed from.
-async fn patch(
+/// the `resourceVersion` it was computed from, so that an edit made meanwhile is never lost.
+pub(crate) async fn patch(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
     before: &Value,

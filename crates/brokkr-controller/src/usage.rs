@@ -443,27 +443,7 @@ async fn edit(
     let before = serde_json::to_value(workload).expect("a JSON object");
     let mut after = before.clone();
     change(&mut after)?;
-    let diff = json_patch::diff(&before, &after);
-    if diff.0.is_empty() {
-        return Ok(());
-    }
-    let mut operations = serde_json::to_value(&diff).expect("a JSON patch");
-    let test = json!({
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": workload.metadata.resource_version,
-    });
-    if let Value::Array(ops) = &mut operations {
-        ops.insert(0, test);
-    }
-    let patch: json_patch::Patch = serde_json::from_value(operations).expect("a JSON patch");
-    api.patch(
-        &workload.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await?;
-    Ok(())
+    crate::projection::patch(api, workload, &before, &after).await
 }
 
 /// Makes `binding` an owner of `usage`, so that deleting the binding deletes its usages.

@@ -603,6 +603,26 @@ async fn generated_password_is_printed_once() {
         !stdout.contains("password:"),
         "the password was printed again on restart:\n{stdout}"
     );
+    drop(second);
+
+    // A lost password: `brokkr store reset-password`, and the next start prints a new one.
+    let mut reset = brokkr_command();
+    reset.args(["store", "reset-password", "--store", &store]);
+    let (status, stdout, stderr) = run_to_end(reset, Duration::from_secs(10)).await;
+    assert!(status.success(), "reset-password: {stderr}");
+    assert!(
+        stdout.contains("forgot the generated platform password"),
+        "{stdout}"
+    );
+    let mut third = Broker::start(&config, &store, None).await;
+    let new_password = printed_password(&third, Duration::from_secs(5)).await;
+    assert_ne!(new_password, password);
+    third.use_credentials("brokkr", &password);
+    let (status, _) = send(third.request(Method::GET, "/v2/catalog")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the forgotten password");
+    third.use_credentials("brokkr", &new_password);
+    let (status, _) = send(third.request(Method::GET, "/v2/catalog")).await;
+    assert_eq!(status, StatusCode::OK, "the new password");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -230,6 +230,9 @@ pub trait Store: Send + Sync {
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
 
+    /// Removes a broker setting; returns whether it was set.
+    async fn delete_setting(&self, name: &str) -> Result<bool, StoreError>;
+
     /// Appends `events`, in order, to an operation's event log.
     async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError>;
 

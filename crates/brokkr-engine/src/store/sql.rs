@@ -870,6 +870,14 @@ impl Store for SqlStore {
         Ok(row.try_get("value")?)
     }
 
+    async fn delete_setting(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM brokkr_settings WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError> {
         let mut conn = self.pool.acquire().await?;
         insert_events(&mut conn, op_id, events).await

@@ -20,7 +20,7 @@ const DEFAULT_STORE: &str = "sqlite://brokkr.db";
 /// User name of the generated basic credentials.
 const GENERATED_USERNAME: &str = "brokkr";
 /// Store setting holding the digest of the generated password.
-const GENERATED_PASSWORD_SETTING: &str = "broker.generated_password_sha256";
+pub const GENERATED_PASSWORD_SETTING: &str = "broker.generated_password_sha256";
 
 #[derive(Args)]
 pub struct ServeArgs {
