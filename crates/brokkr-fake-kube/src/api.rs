@@ -81,6 +81,11 @@ pub(crate) fn handle(
     state
         .requests
         .push(format!("{method} {path}?{query} {content_type}"));
+    let user_agent = headers
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    state.user_agents.push(user_agent.to_owned());
     let request = Request {
         method,
         content_type,

@@ -51,6 +51,9 @@ use serde_json::{Value, json};
 
 use store::{KindDef, State};
 
+/// The `User-Agent` of [`FakeCluster::client`]'s requests.
+pub const TEST_CLIENT: &str = "brokkr-fake-kube-test-client";
+
 /// A fake API server on an ephemeral local port; stops when dropped.
 pub struct FakeCluster {
     /// `http://127.0.0.1:PORT`.
@@ -152,9 +155,14 @@ impl FakeCluster {
         );
     }
 
-    /// A kube client for the fake.
+    /// A kube client for the fake. Its requests carry the `User-Agent` [`TEST_CLIENT`], so that
+    /// a test can tell them from those of the code it tests.
     pub fn client(&self) -> kube::Client {
-        let config = kube::Config::new(self.url.parse().expect("URL"));
+        let mut config = kube::Config::new(self.url.parse().expect("URL"));
+        config.headers.push((
+            axum::http::header::USER_AGENT,
+            axum::http::HeaderValue::from_static(TEST_CLIENT),
+        ));
         kube::Client::try_from(config).expect("client")
     }
 
@@ -236,6 +244,12 @@ impl FakeCluster {
     /// The requests served so far: `METHOD path?query content-type`.
     pub fn requests(&self) -> Vec<String> {
         self.lock().requests.clone()
+    }
+
+    /// The `User-Agent` of each request served so far, in the order of [`Self::requests`]
+    /// (empty where a request had none).
+    pub fn user_agents(&self) -> Vec<String> {
+        self.lock().user_agents.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

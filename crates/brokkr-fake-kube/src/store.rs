@@ -57,6 +57,7 @@ pub(crate) struct State {
     /// Live watchers.
     pub(crate) events: broadcast::Sender<Arc<Event>>,
     pub(crate) requests: Vec<String>,
+    pub(crate) user_agents: Vec<String>,
 }
 
 impl Default for State {
@@ -68,6 +69,7 @@ impl Default for State {
             history: Vec::new(),
             events: broadcast::channel(1024).0,
             requests: Vec::new(),
+            user_agents: Vec::new(),
         }
     }
 }

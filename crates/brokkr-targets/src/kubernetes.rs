@@ -62,6 +62,9 @@ pub use names::{
 use names::{annotations, is_dns_subdomain, labels, merge_into};
 
 /// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
+/// What every request to the cluster says it comes from.
+const USER_AGENT: &str = concat!("brokkr/", env!("CARGO_PKG_VERSION"));
+
 const COMMON_KINDS: &[(&str, &str)] = &[
     ("v1", "ConfigMap"),
     ("v1", "Secret"),
@@ -219,6 +222,10 @@ impl Kubernetes {
                         .await
                         .map_err(|e| unavailable(format!("no cluster configuration: {e}")))?,
                 };
+                config.headers.push((
+                    http::header::USER_AGENT,
+                    http::HeaderValue::from_static(USER_AGENT),
+                ));
                 config.connect_timeout = Some(source.timeout);
                 config.read_timeout = Some(source.timeout.max(Duration::from_secs(30)));
                 Client::try_from(config).map_err(|e| unavailable(format!("client: {e}")))

@@ -595,6 +595,14 @@ async fn a_kubeconfig_file_and_context_reach_the_cluster() {
         .await
         .unwrap();
     assert!(fake.get("v1", "Service", Some("default"), "svc").is_some());
+    let agents = fake.user_agents();
+    assert!(!agents.is_empty());
+    assert!(
+        agents
+            .iter()
+            .all(|a| *a == format!("brokkr/{}", env!("CARGO_PKG_VERSION"))),
+        "{agents:?}"
+    );
     config.context = Some("missing".into());
     let e = Kubernetes::new("cluster", &config)
         .apply(&service("svc"), &scope(&context, "s"))

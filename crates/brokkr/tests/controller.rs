@@ -187,6 +187,16 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
         lease["spec"].get("holderIdentity").is_none(),
         "the lease is released: {lease:#}"
     );
+    // Every request says where it comes from, for the API server's audit log.
+    let agent = format!("brokkr-controller/{}", env!("CARGO_PKG_VERSION"));
+    let agents = fake.user_agents();
+    assert!(agents.contains(&agent), "{agents:?}");
+    assert!(
+        agents
+            .iter()
+            .all(|a| *a == agent || a == brokkr_fake_kube::TEST_CLIENT),
+        "{agents:?}"
+    );
 }
 
 /// The instance `name`'s condition `type_`, once it has `reason`.

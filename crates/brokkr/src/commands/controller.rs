@@ -68,9 +68,14 @@ struct Health {
 /// releases the Lease.
 pub async fn run(args: ControllerArgs) -> Result<()> {
     init_logging(args.log_format);
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
         .context("cannot configure a Kubernetes client (KUBECONFIG, ~/.kube/config or the in-cluster configuration)")?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("brokkr-controller/", env!("CARGO_PKG_VERSION"))),
+    ));
+    let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let health = Arc::new(Health {
