@@ -39,7 +39,8 @@ use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
 use brokkr_servicebinding::BindingSecret;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, Preconditions,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Scope as KubeScope;
@@ -392,16 +393,22 @@ impl Kubernetes {
     }
 
     /// Deletes `name` when it is `scope`'s and answers whether it is gone; an object that is not
-    /// brokkr's for `scope` is left alone (and counts as gone).
+    /// brokkr's for `scope` is left alone (and counts as gone). One already being deleted is not
+    /// asked again. `foreground` waits for its dependents (a StatefulSet's Pods) before it goes.
     async fn delete_own(
         &self,
         at: &Located,
         name: &str,
         scope: &Scope<'_>,
+        foreground: bool,
     ) -> Result<bool, TargetError> {
         match self.check_owner(at, name, scope).await {
             Ok(None) => Ok(true),
-            Ok(Some(_)) => self.delete_and_check(at, name).await,
+            Ok(Some(live)) if live.metadata.deletion_timestamp.is_some() => Ok(false),
+            Ok(Some(live)) => {
+                self.delete_and_check(at, name, live.metadata.uid, foreground)
+                    .await
+            }
             Err(TargetError::Invalid(why)) => {
                 warn!(target = %self.name, "{why}: left in place");
                 Ok(true)
@@ -410,14 +417,37 @@ impl Kubernetes {
         }
     }
 
-    /// Deletes `name` (foreground) and answers whether it is gone.
-    async fn delete_and_check(&self, at: &Located, name: &str) -> Result<bool, TargetError> {
-        match at.api.delete(name, &DeleteParams::foreground()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
-            Err(e) => return Err(self.error(&format!("deleting {}", at.what), e)),
+    /// Deletes `name` (only the object of that `uid`, when given: a precondition) and answers
+    /// whether it is gone, from the API server's answer alone: the deleted object's status when it
+    /// went at once, the object itself while it waits for finalizers or, with `foreground`, for
+    /// its dependents.
+    async fn delete_and_check(
+        &self,
+        at: &Located,
+        name: &str,
+        uid: Option<String>,
+        foreground: bool,
+    ) -> Result<bool, TargetError> {
+        let propagation = if foreground {
+            DeleteParams::foreground()
+        } else {
+            DeleteParams::background()
+        };
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..propagation
+        };
+        match at.api.delete(name, &params).await {
+            // Left: the object, still there; Right: the status of its deletion.
+            Ok(answer) => Ok(answer.is_right()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+            // Another object of that name replaced it meanwhile: this one is gone.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(true),
+            Err(e) => Err(self.error(&format!("deleting {}", at.what), e)),
         }
-        Ok(self.get(at, name).await?.is_none())
     }
 
     /// The PVC policy for a rendered object.
@@ -549,7 +579,7 @@ impl Target for Kubernetes {
             info!(target = %self.name, claim = r.name(), "PersistentVolumeClaim retained");
             return Ok(());
         }
-        if !self.delete_own(&at, r.name(), scope).await? {
+        if !self.delete_own(&at, r.name(), scope, true).await? {
             return Err(TargetError::Unavailable(format!(
                 "waiting for {} to be deleted",
                 at.what
@@ -782,7 +812,7 @@ impl Target for Kubernetes {
             namespace: Some(ns),
             what: format!("Secret {name}"),
         };
-        match self.delete_own(&at, name, scope).await? {
+        match self.delete_own(&at, name, scope, false).await? {
             true => Ok(()),
             false => Err(TargetError::Unavailable(format!(
                 "waiting for {} to be deleted",

@@ -563,10 +563,24 @@ async fn binding_credentials_become_a_service_binding_secret() {
         .unwrap_err();
     assert!(e.to_string().contains("DNS subdomain"), "{e}");
     assert!(!e.to_string().contains("p@ss"));
+    // Unbinding costs a read (is it this binding's?) and one delete, of exactly that Secret.
+    let before = fake.requests().len();
     k.unpublish_credentials("orders-db", &s).await.unwrap();
     assert!(
         fake.get("v1", "Secret", Some("default"), "orders-db")
             .is_none()
+    );
+    let requests: Vec<String> = fake.requests()[before..]
+        .iter()
+        .filter(|r| r.contains("/secrets/orders-db"))
+        .map(|r| r.split('?').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            "GET /api/v1/namespaces/default/secrets/orders-db",
+            "DELETE /api/v1/namespaces/default/secrets/orders-db"
+        ]
     );
     k.unpublish_credentials("orders-db", &s).await.unwrap();
 }

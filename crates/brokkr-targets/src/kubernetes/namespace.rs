@@ -123,7 +123,11 @@ impl Kubernetes {
             namespace: None,
             what: format!("namespace {ns}"),
         };
-        match self.delete_and_check(&at, &ns).await? {
+        let gone = found.metadata.deletion_timestamp.is_none()
+            && self
+                .delete_and_check(&at, &ns, found.metadata.uid.clone(), false)
+                .await?;
+        match gone {
             true => Ok(()),
             false => Err(TargetError::Unavailable(format!(
                 "waiting for {} to be deleted",
