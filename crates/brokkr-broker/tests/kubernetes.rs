@@ -254,6 +254,29 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         )
         .await;
     assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
+    if let Cluster::Fake(fake) = cluster {
+        // While it waits for readiness, the step looks again (200 ms, 400 ms, …) without
+        // applying again: one apply per object.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let applies = |path: String| {
+            fake.requests()
+                .iter()
+                .filter(|r| r.starts_with(&format!("PATCH {path}?")))
+                .count()
+        };
+        let statefulset = format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{name}");
+        let reads = fake
+            .requests()
+            .iter()
+            .filter(|r| r.starts_with(&format!("GET {statefulset}?")))
+            .count();
+        assert!(reads >= 3, "the step looked again {reads} times");
+        assert_eq!(applies(statefulset), 1);
+        assert_eq!(
+            applies(format!("/api/v1/namespaces/{ns}/services/{name}")),
+            1
+        );
+    }
 
     // Every object is there, labelled, in the namespace from the OSB context.
     for (api_version, kind, object) in [

@@ -75,6 +75,7 @@ impl Engine {
         op_id: &str,
         outcome: Result<Finish, String>,
     ) -> Result<(), StoreError> {
+        self.forget_operation(op_id);
         let finish = outcome.unwrap_or_else(|reason| Finish {
             succeeded: false,
             description: reason,

@@ -25,6 +25,7 @@ use std::time::Duration;
 use brokkr_blueprint::evaluate::Evaluator;
 use brokkr_blueprint::template::Renderer;
 use brokkr_targets::Targets;
+use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -98,7 +99,19 @@ struct Inner {
     targets: Targets,
     /// Events not yet written, by operation id.
     events: Mutex<HashMap<String, Vec<Event>>>,
+    /// What each `target` step waiting for readiness has applied, and when, by operation id
+    /// and step name: its retries wait without applying the same resources again (for up to
+    /// [`REAPPLY_AFTER`]). Kept in memory only: after a restart the step applies once more,
+    /// which server-side apply makes harmless.
+    applied: Mutex<HashMap<(String, String), Applied>>,
 }
+
+/// What a `target` step applied, and when.
+type Applied = (Vec<Value>, std::time::Instant);
+
+/// How long a waiting `target` step trusts its last apply: after that it applies again, which
+/// puts back an object someone deleted meanwhile.
+const REAPPLY_AFTER: Duration = Duration::from_secs(120);
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -129,6 +142,7 @@ impl Engine {
                 )])),
                 targets,
                 events: Mutex::new(HashMap::new()),
+                applied: Mutex::new(HashMap::new()),
             }),
         }
     }

@@ -11,7 +11,7 @@ use brokkr_blueprint::evaluate::EvaluationError;
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Map, Value};
 
-use super::{Engine, non_blocking};
+use super::{Engine, REAPPLY_AFTER, non_blocking};
 use crate::model::{OpKind, Resource};
 use crate::step::StepOutcome;
 use crate::store::StoreError;
@@ -58,12 +58,45 @@ impl Engine {
         context: &Value,
         elapsed_ms: i64,
     ) -> StepOutcome {
-        match self.act_on_target(r, kind, step, name, context).await {
+        let outcome = self.act_on_target(r, kind, step, name, context).await;
+        if !matches!(outcome, Err(Halt::Retry(_))) {
+            self.forget_applied(&r.op.id, &step.name);
+        }
+        match outcome {
             Ok(values) if values.is_empty() => StepOutcome::Done,
             Ok(values) => StepOutcome::Produced(values),
             Err(Halt::Retry(reason)) => StepOutcome::retry(retry_wait(elapsed_ms), reason),
             Err(Halt::Fail(reason)) => StepOutcome::Fail(reason),
         }
+    }
+
+    /// Whether step `step` of operation `op_id` applied exactly `resources` on an earlier run,
+    /// not long ago, and only waits for them now.
+    fn already_applied(&self, op_id: &str, step: &str, resources: &[Value]) -> bool {
+        let applied = self.inner.applied.lock().expect("applied lock");
+        applied
+            .get(&(op_id.to_owned(), step.to_owned()))
+            .is_some_and(|(done, at)| done.as_slice() == resources && at.elapsed() < REAPPLY_AFTER)
+    }
+
+    fn remember_applied(&self, op_id: &str, step: &str, resources: &[Value]) {
+        let mut applied = self.inner.applied.lock().expect("applied lock");
+        applied.insert(
+            (op_id.to_owned(), step.to_owned()),
+            (resources.to_vec(), std::time::Instant::now()),
+        );
+    }
+
+    /// Forgets what a step applied: it ended, or its operation did.
+    pub(super) fn forget_applied(&self, op_id: &str, step: &str) {
+        let mut applied = self.inner.applied.lock().expect("applied lock");
+        applied.remove(&(op_id.to_owned(), step.to_owned()));
+    }
+
+    /// Forgets what every step of operation `op_id` applied.
+    pub(super) fn forget_operation(&self, op_id: &str) {
+        let mut applied = self.inner.applied.lock().expect("applied lock");
+        applied.retain(|(op, _), _| op != op_id);
     }
 
     /// Renders the step's templates; in deprovision and unbind deletes them last to first,
@@ -94,11 +127,16 @@ impl Engine {
             }
             return Ok(Map::new());
         }
-        for resource in &resources {
-            target.apply(resource, scope).await?;
-        }
-        if kind == OpKind::Update {
-            target.prune(&resources, scope).await?;
+        // A step that waits for readiness applied these very resources on its last run: it only
+        // looks again. Rendered anew each run, so a change (a registry value) is still applied.
+        if !self.already_applied(&r.op.id, &step.name, &resources) {
+            for resource in &resources {
+                target.apply(resource, scope).await?;
+            }
+            if kind == OpKind::Update {
+                target.prune(&resources, scope).await?;
+            }
+            self.remember_applied(&r.op.id, &step.name, &resources);
         }
         for resource in &resources {
             ready(target.ready(resource, scope).await?)?;
