@@ -311,8 +311,17 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         id.as_str()
     );
 
+    // After a long wait, readiness is still seen within a second: the step watches the
+    // StatefulSet instead of polling it less and less often.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let flipped = std::time::Instant::now();
     cluster.make_ready(ns, &name).await;
     ok(&broker.poll(&last, None).await);
+    let seen = flipped.elapsed();
+    assert!(
+        seen < Duration::from_secs(2),
+        "readiness seen after {seen:?}"
+    );
     let claim = cluster.claim(ns, &name).await;
 
     // Bind: the credentials, and the same as a servicebinding.io Secret.

@@ -37,14 +37,15 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
 use brokkr_servicebinding::BindingSecret;
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, Preconditions,
+    PatchParams, Preconditions, WatchEvent, WatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Scope as KubeScope;
-use kube::{Client, Config};
+use kube::{Client, Config, ResourceExt as _};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
@@ -63,6 +64,9 @@ pub use names::{
 use names::{annotations, is_dns_subdomain, labels, merge_into};
 
 /// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
+/// How long a readiness check watches an object that is not ready yet before it answers.
+const READY_WATCH: Duration = Duration::from_secs(10);
+
 /// What every request to the cluster says it comes from.
 const USER_AGENT: &str = concat!("brokkr/", env!("CARGO_PKG_VERSION"));
 
@@ -450,6 +454,47 @@ impl Kubernetes {
         }
     }
 
+    /// Watches `live` (one object, from the version just read) for up to [`READY_WATCH`] and
+    /// answers as soon as a change makes it ready; else what it still waits for. A watch that
+    /// cannot be opened or breaks answers `waiting` at once: the caller reads the object again.
+    async fn await_change(
+        &self,
+        at: &Located,
+        kind: &str,
+        live: &DynamicObject,
+        mut waiting: String,
+    ) -> Result<Readiness, TargetError> {
+        let name = live.name_any();
+        let version = live.metadata.resource_version.clone().unwrap_or_default();
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(READY_WATCH.as_secs() as u32);
+        let Ok(events) = at.api.watch(&params, &version).await else {
+            return Ok(Readiness::Waiting(waiting));
+        };
+        let mut events = std::pin::pin!(events);
+        let deadline = tokio::time::Instant::now() + READY_WATCH + Duration::from_secs(1);
+        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, events.next()).await {
+            match event {
+                Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))
+                    if object.name_any() == name =>
+                {
+                    let object = serde_json::to_value(&object).unwrap_or_default();
+                    match readiness::builtin(kind, &object).map_err(|e| self.invalid(e))? {
+                        Readiness::Waiting(reason) => waiting = reason,
+                        ready => return Ok(ready),
+                    }
+                }
+                Ok(WatchEvent::Deleted(object)) if object.name_any() == name => {
+                    return Ok(Readiness::Waiting(format!("{} was deleted", at.what)));
+                }
+                Ok(WatchEvent::Error(_)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        Ok(Readiness::Waiting(waiting))
+    }
+
     /// The PVC policy for a rendered object.
     fn pvc_policy(&self, resource: &Value) -> Result<PvcPolicy, TargetError> {
         match resource["metadata"]["annotations"][PVC_POLICY].as_str() {
@@ -604,10 +649,19 @@ impl Target for Kubernetes {
                 at.what
             ))),
             Some(live) => {
-                readiness::builtin(&r.kind, &serde_json::to_value(live).unwrap_or_default())
-                    .map_err(|e| self.invalid(e))
+                let object = serde_json::to_value(&live).unwrap_or_default();
+                match readiness::builtin(&r.kind, &object).map_err(|e| self.invalid(e))? {
+                    Readiness::Waiting(reason) => {
+                        self.await_change(&at, &r.kind, &live, reason).await
+                    }
+                    ready => Ok(ready),
+                }
             }
         }
+    }
+
+    fn watches_readiness(&self) -> bool {
+        true
     }
 
     async fn prune(&self, kept: &[Value], scope: &Scope<'_>) -> Result<(), TargetError> {

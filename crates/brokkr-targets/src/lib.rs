@@ -84,7 +84,14 @@ pub trait Target: Send + Sync {
     /// Removes `resource` and what depends on it; succeeds when it is already gone.
     async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError>;
     /// Whether `resource` is usable now (for example: its user can log in and run a query).
+    /// A target that [`watches_readiness`](Self::watches_readiness) may wait here a while for a
+    /// change before it answers.
     async fn ready(&self, resource: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError>;
+    /// Whether [`ready`](Self::ready) itself waits for the resource to change (a watch), so
+    /// that the caller can ask again at once instead of waiting longer and longer between polls.
+    fn watches_readiness(&self) -> bool {
+        false
+    }
     /// After an update applied `kept`, removes what the step created before and no longer
     /// renders. Targets whose resources cannot go stale need not.
     async fn prune(&self, kept: &[Value], scope: &Scope<'_>) -> Result<(), TargetError> {

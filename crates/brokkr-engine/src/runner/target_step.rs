@@ -20,6 +20,9 @@ use crate::store::StoreError;
 enum Halt {
     /// Not yet: a server out of reach, or a resource not ready; run the step again later.
     Retry(String),
+    /// Not ready yet after the target watched the resource for a while: run the step again
+    /// soon, which watches again.
+    Watched(String),
     /// For good: the step is wrong, or a server refused it.
     Fail(String),
 }
@@ -32,6 +35,9 @@ impl From<TargetError> for Halt {
         }
     }
 }
+
+/// The pause before a step whose target watched a resource that is not ready yet looks again.
+const AFTER_WATCH: Duration = Duration::from_millis(100);
 
 /// Goes on when a resource or check is ready; waits otherwise.
 fn ready(readiness: Readiness) -> Result<(), Halt> {
@@ -59,13 +65,14 @@ impl Engine {
         elapsed_ms: i64,
     ) -> StepOutcome {
         let outcome = self.act_on_target(r, kind, step, name, context).await;
-        if !matches!(outcome, Err(Halt::Retry(_))) {
+        if !matches!(outcome, Err(Halt::Retry(_) | Halt::Watched(_))) {
             self.forget_applied(&r.op.id, &step.name);
         }
         match outcome {
             Ok(values) if values.is_empty() => StepOutcome::Done,
             Ok(values) => StepOutcome::Produced(values),
             Err(Halt::Retry(reason)) => StepOutcome::retry(retry_wait(elapsed_ms), reason),
+            Err(Halt::Watched(reason)) => StepOutcome::retry(AFTER_WATCH, reason),
             Err(Halt::Fail(reason)) => StepOutcome::Fail(reason),
         }
     }
@@ -139,7 +146,13 @@ impl Engine {
             self.remember_applied(&r.op.id, &step.name, &resources);
         }
         for resource in &resources {
-            ready(target.ready(resource, scope).await?)?;
+            match target.ready(resource, scope).await? {
+                Readiness::Ready => {}
+                Readiness::Waiting(reason) if target.watches_readiness() => {
+                    return Err(Halt::Watched(reason));
+                }
+                Readiness::Waiting(reason) => return Err(Halt::Retry(reason)),
+            }
         }
         let checks = (evaluator.resources(&step.readiness, context)).map_err(unrendered)?;
         let reads = (evaluator.resources(&step.read, context)).map_err(unrendered)?;
