@@ -49,7 +49,7 @@ use kube::{Client, Config, ResourceExt as _};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{Readiness, Scope, Target, TargetError};
 
@@ -66,6 +66,8 @@ use names::{annotations, is_dns_subdomain, labels, merge_into};
 /// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
 /// How long a readiness check watches an object that is not ready yet before it answers.
 const READY_WATCH: Duration = Duration::from_secs(10);
+/// How long a readiness check waits before it answers when it cannot watch the object.
+const WITHOUT_WATCH: Duration = Duration::from_secs(5);
 
 /// What every request to the cluster says it comes from.
 const USER_AGENT: &str = concat!("brokkr/", env!("CARGO_PKG_VERSION"));
@@ -469,9 +471,16 @@ impl Kubernetes {
         let params = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(READY_WATCH.as_secs() as u32);
-        let Ok(events) = at.api.watch(&params, &version).await else {
-            return Ok(Readiness::Waiting(waiting));
+        let events = match at.api.watch(&params, &version).await {
+            Ok(events) => events,
+            Err(e) => {
+                // No `watch` permission, or a server that refuses: read again in a while.
+                debug!(target = %self.name, error = %e, "cannot watch {}; polling it", at.what);
+                tokio::time::sleep(WITHOUT_WATCH).await;
+                return Ok(Readiness::Waiting(waiting));
+            }
         };
+        let started = tokio::time::Instant::now();
         let mut events = std::pin::pin!(events);
         let deadline = tokio::time::Instant::now() + READY_WATCH + Duration::from_secs(1);
         while let Ok(Some(event)) = tokio::time::timeout_at(deadline, events.next()).await {
@@ -492,6 +501,8 @@ impl Kubernetes {
                 Ok(_) => {}
             }
         }
+        // A watch the server ended early is not a reason to ask again at once.
+        tokio::time::sleep_until(started + Duration::from_secs(1)).await;
         Ok(Readiness::Waiting(waiting))
     }
 
@@ -644,10 +655,14 @@ impl Target for Kubernetes {
         let r = self.object_ref(resource)?;
         let at = self.locate(&r, scope).await?;
         match self.get(&at, r.name()).await? {
-            None => Ok(Readiness::Waiting(format!(
-                "waiting for {} to be created",
-                at.what
-            ))),
+            None => {
+                // Nothing to watch: the caller asks again at once, so pause here.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(Readiness::Waiting(format!(
+                    "waiting for {} to be created",
+                    at.what
+                )))
+            }
             Some(live) => {
                 let object = serde_json::to_value(&live).unwrap_or_default();
                 match readiness::builtin(&r.kind, &object).map_err(|e| self.invalid(e))? {
@@ -742,10 +757,14 @@ impl Target for Kubernetes {
         let rule = readiness::Check::parse(check).map_err(|e| self.invalid(e))?;
         let at = self.locate(&r, scope).await?;
         match self.get(&at, r.name()).await? {
-            None => Ok(Readiness::Waiting(format!(
-                "waiting for {} to be created",
-                at.what
-            ))),
+            None => {
+                // Nothing to watch: the caller asks again at once, so pause here.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(Readiness::Waiting(format!(
+                    "waiting for {} to be created",
+                    at.what
+                )))
+            }
             Some(live) => {
                 Ok(rule.evaluate(&at.what, &serde_json::to_value(live).unwrap_or_default()))
             }
