@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::body::Query;
 use crate::error::ApiError;
-use crate::instances::{ApiResult, json_response};
+use crate::response::{ApiResult, json_response};
 
 /// Most instances one listing returns.
 const MAX_LIMIT: i64 = 1000;

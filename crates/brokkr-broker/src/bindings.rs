@@ -5,9 +5,8 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
-use brokkr_blueprint::Phase;
 use brokkr_engine::store::Created;
-use brokkr_engine::{Key, NewStatus, OpKind, OpPlan, Resource, Status};
+use brokkr_engine::{Key, NewStatus, OpKind, Resource, Status};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
@@ -15,10 +14,11 @@ use tracing::info;
 
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
-use crate::instances::{
-    ApiResult, accepted, json_response, launch, new_operation, operation_failed, plan_entry,
-    poll_response, read_mutation, superseded, validate_parameters, wait_sync,
+use crate::operations::{
+    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, wait_sync,
 };
+use crate::request::{plan_entry, read_mutation, validate_parameters};
+use crate::response::{ApiResult, json_response};
 use crate::{AppState, Broker};
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -155,12 +155,13 @@ async fn bind(
     }
 
     let key = Key::binding(&instance_id, &binding_id);
-    let steps = entry.binding_steps(Phase::Bind);
-    let plan = OpPlan {
-        steps,
-        credentials: Some(blueprint.credentials.clone()),
-    };
-    let op = new_operation(&broker, Some(entry), OpKind::Bind, plan, json!({}));
+    let op = new_operation(
+        &broker,
+        Some(entry),
+        OpKind::Bind,
+        Steps::Configured,
+        json!({}),
+    );
     let mut resource = Resource::new(
         key.clone(),
         &req.service_id,
@@ -343,25 +344,19 @@ async fn unbind(
         let config = broker.config();
         let entry = config.plan(&current.service_id, &current.plan_id);
         let steps = match retry.is_empty() {
-            true => entry
-                .map(|e| e.binding_steps(Phase::Unbind))
-                .unwrap_or_default(),
-            false => retry,
-        };
-        if !steps.is_empty() && !accepts_incomplete {
-            return Err(ApiError::async_required());
-        }
-        let plan = OpPlan {
-            steps,
-            credentials: None,
+            true => Steps::Configured,
+            false => Steps::LeftBehind(retry),
         };
         let op = new_operation(
             &broker,
             entry.map(|e| e.as_ref()),
             OpKind::Unbind,
-            plan,
+            steps,
             json!({}),
         );
+        if !op.plan.steps.is_empty() && !accepts_incomplete {
+            return Err(ApiError::async_required());
+        }
         // An unbind during a bind halts the bind and removes what it made.
         let status = match current.status {
             Status::Deleted => NewStatus::Set(Status::Deleted),

@@ -1,28 +1,28 @@
 //! Instance endpoints: provision, update, deprovision, fetch and last_operation.
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
-use brokkr_blueprint::{Phase, PlanEntry};
+use brokkr_blueprint::PlanEntry;
 use brokkr_engine::store::Created;
-use brokkr_engine::{EvaluationError, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status};
+use brokkr_engine::{EvaluationError, Key, NewStatus, OpKind, Resource, Status};
 use brokkr_osb::messages::{
-    AsyncResponse, InstanceOperationResponse, InstanceResource, LastOperation, ProvisionRequest,
-    UpdateRequest,
+    InstanceOperationResponse, InstanceResource, ProvisionRequest, UpdateRequest,
 };
 use brokkr_osb::{ErrorCode, OperationState};
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tracing::info;
 
-use crate::body::{Query, check_id, read_json};
+use crate::body::{Query, check_id};
 use crate::error::ApiError;
-use crate::{AppState, Broker, DEFAULT_DEADLINE};
+use crate::operations::{
+    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, wait_sync,
+};
+use crate::request::{plan_entry, read_mutation, validate_parameters};
+use crate::response::{ApiResult, json_response};
+use crate::{AppState, Broker};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -34,92 +34,6 @@ pub(crate) fn routes() -> Router<AppState> {
             "/v2/service_instances/{instance_id}/last_operation",
             get(last_operation),
         )
-}
-
-pub(crate) type ApiResult = Result<Response, ApiError>;
-
-pub(crate) fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
-    (status, axum::Json(body)).into_response()
-}
-
-pub(crate) fn accepted(op: &Operation) -> Response {
-    json_response(
-        StatusCode::ACCEPTED,
-        &AsyncResponse {
-            operation: Some(op.id.clone()),
-        },
-    )
-}
-
-/// Looks up a plan, explaining which id is unknown.
-pub(crate) fn plan_entry(
-    broker: &Broker,
-    service_id: &str,
-    plan_id: &str,
-) -> Result<Arc<PlanEntry>, ApiError> {
-    let config = broker.config();
-    if config.catalog.service(service_id).is_none() {
-        return Err(ApiError::bad_request(format!(
-            "service_id {service_id:?} is not in the catalog"
-        )));
-    }
-    config.plan(service_id, plan_id).cloned().ok_or_else(|| {
-        ApiError::bad_request(format!(
-            "plan_id {plan_id:?} is not a plan of service {service_id:?}"
-        ))
-    })
-}
-
-/// Validates parameters against an optional schema: 400 with every violation.
-pub(crate) fn validate_parameters(
-    schema: Option<&brokkr_blueprint::schema::ParameterSchema>,
-    parameters: Option<&Map<String, Value>>,
-) -> Result<(), ApiError> {
-    let Some(schema) = schema else {
-        return Ok(());
-    };
-    let value = Value::Object(parameters.cloned().unwrap_or_default());
-    schema.validate(&value).map_err(|messages| {
-        ApiError::bad_request(format!("invalid parameters: {}", messages.join("; ")))
-    })
-}
-
-/// A new operation leased to this broker's engine.
-pub(crate) fn new_operation(
-    broker: &Broker,
-    entry: Option<&PlanEntry>,
-    kind: OpKind,
-    plan: OpPlan,
-    request: Value,
-) -> Operation {
-    let deadline = entry
-        .and_then(|e| e.blueprint.deadline)
-        .unwrap_or(DEFAULT_DEADLINE);
-    let deadline_ms = i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX);
-    Operation::new(
-        kind,
-        plan,
-        request,
-        deadline_ms,
-        broker.engine.owner(),
-        broker.engine.lease_ms(),
-    )
-}
-
-/// Runs a freshly started operation: inline for synchronous plans (returning the resource as it
-/// ended), in the background otherwise.
-pub(crate) async fn launch(
-    broker: &Broker,
-    key: &Key,
-    op: &Operation,
-) -> Result<Option<Resource>, ApiError> {
-    if op.plan.steps.is_empty() {
-        broker.engine.run_to_end(key.clone()).await;
-        Ok(broker.engine.store().get(key).await?)
-    } else {
-        broker.engine.spawn(key.clone());
-        Ok(None)
-    }
 }
 
 /// The attributes whose difference makes a repeated provision a conflict (context excluded:
@@ -195,7 +109,9 @@ fn instance_body(r: &Resource) -> InstanceOperationResponse {
 
 /// Dry-runs the binding credentials template with the instance's parameters and no binding
 /// parameters, so that a provision whose credentials could never be valid is refused before
-/// anything is stored.
+/// anything is stored. The engine evaluates credentials (with the facts of its targets) only for
+/// a binding resource: here a stand-in binding `probe` with no attributes and the instance's
+/// registry.
 fn check_credentials_possible(
     broker: &Broker,
     entry: &PlanEntry,
@@ -242,15 +158,11 @@ async fn provision(
     )?;
 
     let key = Key::instance(&instance_id);
-    let steps = entry.instance_steps(Phase::Provision);
     let op = new_operation(
         &broker,
         Some(entry),
         OpKind::Provision,
-        OpPlan {
-            steps,
-            credentials: None,
-        },
+        Steps::Configured,
         json!({}),
     );
     let mut resource = Resource::new(
@@ -339,54 +251,6 @@ async fn provision(
     Err(ApiError::concurrency(format!(
         "instance {instance_id} is being changed by another request"
     )))
-}
-
-/// The answer to a synchronous request whose operation was halted by another.
-pub(crate) fn superseded(now: &Resource) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        format!("the operation was halted by a {}", now.op.kind.as_str()),
-    )
-}
-
-/// Waits for a running synchronous operation (one without steps: it ends within moments). A
-/// request cannot wait for an asynchronous one: AsyncRequired.
-pub(crate) async fn wait_sync(
-    broker: &Broker,
-    key: &Key,
-    op: &Operation,
-) -> Result<Option<Resource>, ApiError> {
-    if !op.plan.steps.is_empty() {
-        return Err(ApiError::async_required());
-    }
-    Ok(broker
-        .engine
-        .wait(key, &op.id, broker.sync_timeout())
-        .await?)
-}
-
-/// The answer to a synchronous request whose operation failed.
-pub(crate) fn operation_failed(done: Resource) -> ApiError {
-    let kind = done.op.kind.as_str();
-    let reason = done
-        .op
-        .description
-        .unwrap_or_else(|| format!("{kind} failed"));
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, reason)
-}
-
-/// Reads what every mutating request carries: `accepts_incomplete` and a JSON body.
-pub(crate) async fn read_mutation<T>(
-    broker: &Broker,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    body: Body,
-    parse: fn(&[u8]) -> Result<T, brokkr_osb::messages::RequestError>,
-) -> Result<(bool, T), ApiError> {
-    let accepts_incomplete = Query::parse(query)?.accepts_incomplete()?;
-    let bytes = read_json(headers, body, broker.max_body_bytes()).await?;
-    let request = parse(&bytes).map_err(|e| ApiError::bad_request(e.0))?;
-    Ok((accepts_incomplete, request))
 }
 
 /// Answers a request that just started `r.op`: 202 for asynchronous plans, or the final answer
@@ -535,24 +399,14 @@ async fn update(
     // Only the context changed: record it, with nothing to run.
     let context_only =
         target_plan == current.plan_id && identity(&attrs) == identity(&current.attrs);
-    let steps = if context_only {
-        Vec::new()
-    } else {
-        entry.instance_steps(Phase::Update)
+    let steps = match context_only {
+        true => Steps::Nothing,
+        false => Steps::Configured,
     };
-    if !steps.is_empty() && !accepts_incomplete {
+    let op = new_operation(&broker, Some(entry), OpKind::Update, steps, request);
+    if !op.plan.steps.is_empty() && !accepts_incomplete {
         return Err(ApiError::async_required());
     }
-    let op = new_operation(
-        &broker,
-        Some(entry),
-        OpKind::Update,
-        OpPlan {
-            steps,
-            credentials: None,
-        },
-        request,
-    );
     let store = broker.engine.store();
     if !store
         .start(&key, &current.op.id, &op, NewStatus::Set(Status::Ready))
@@ -631,24 +485,19 @@ async fn deprovision(
         let config = broker.config();
         let entry = config.plan(&current.service_id, &current.plan_id);
         let steps = match retry.is_empty() {
-            true => entry
-                .map(|e| e.instance_steps(Phase::Deprovision))
-                .unwrap_or_default(),
-            false => retry,
+            true => Steps::Configured,
+            false => Steps::LeftBehind(retry),
         };
-        if !steps.is_empty() && !accepts_incomplete {
-            return Err(ApiError::async_required());
-        }
         let op = new_operation(
             &broker,
             entry.map(|e| e.as_ref()),
             OpKind::Deprovision,
-            OpPlan {
-                steps,
-                credentials: None,
-            },
+            steps,
             json!({}),
         );
+        if !op.plan.steps.is_empty() && !accepts_incomplete {
+            return Err(ApiError::async_required());
+        }
         let status = match current.status {
             Status::Deleted => NewStatus::Set(Status::Deleted),
             _ => NewStatus::HaltCreation,
@@ -732,54 +581,4 @@ async fn last_operation(
     poll_response(r, query.get("operation"), || {
         format!("instance {instance_id} does not exist")
     })
-}
-
-/// The `last_operation` answer for a resource: the operation the platform names if it is the one
-/// just replaced, else the current one (an unknown `operation` id is not an error).
-pub(crate) fn poll_response(
-    r: Option<Resource>,
-    operation: Option<&str>,
-    missing: impl FnOnce() -> String,
-) -> ApiResult {
-    let r = r.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, missing()))?;
-    // A platform still polling the operation this one replaced gets that operation's outcome
-    // (`failed` when it was halted).
-    if let Some(prev) = r
-        .previous
-        .as_ref()
-        .filter(|p| Some(p.id.as_str()) == operation)
-    {
-        let body = LastOperation {
-            state: prev.state,
-            description: prev.description.clone(),
-            instance_usable: None,
-            update_repeatable: None,
-        };
-        return Ok(json_response(StatusCode::OK, &body));
-    }
-    let op = &r.op;
-    let failed_mutation = op.state == OperationState::Failed
-        && matches!(op.kind, OpKind::Update | OpKind::Deprovision);
-    let body = LastOperation {
-        state: op.state,
-        description: Some(
-            op.description
-                .clone()
-                .unwrap_or_else(|| format!("{} in progress", op.kind.as_str())),
-        ),
-        instance_usable: (failed_mutation && r.key.binding_id.is_none())
-            .then_some(r.status == Status::Ready),
-        update_repeatable: (op.state == OperationState::Failed && op.kind == OpKind::Update)
-            .then_some(true),
-    };
-    let mut response = json_response(StatusCode::OK, &body);
-    if op.in_progress() {
-        let wait_ms = (op.next_run_at - brokkr_engine::now_ms()).clamp(1000, 60_000);
-        let secs = (wait_ms + 999) / 1000;
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from_str(&secs.to_string()).expect("digits are a valid header"),
-        );
-    }
-    Ok(response)
 }

@@ -18,6 +18,9 @@ pub mod error;
 pub mod headers;
 pub mod instances;
 pub mod metrics;
+mod operations;
+mod request;
+mod response;
 pub mod server;
 
 use std::sync::Arc;

@@ -1,0 +1,266 @@
+//! Operations as the instance and binding endpoints start and follow them: the plan a new
+//! operation runs ([`op_plan`]), the operation itself, running it inline or in the background,
+//! waiting for a synchronous one, and what its progress and outcome answer (202,
+//! `last_operation`, errors).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use brokkr_blueprint::{Phase, PlanEntry, Step};
+use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Status};
+use brokkr_osb::OperationState;
+use brokkr_osb::messages::{AsyncResponse, LastOperation};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::response::{ApiResult, json_response};
+use crate::{Broker, DEFAULT_DEADLINE};
+
+/// Which steps a new operation runs.
+pub(crate) enum Steps {
+    /// Those its plan's blueprint gives its kind.
+    Configured,
+    /// Only these: the steps a finished deprovision or unbind left behind, when it is repeated.
+    LeftBehind(Vec<Step>),
+    /// None: an update that only records a new context.
+    Nothing,
+}
+
+/// The plan of a new operation of `kind` on a resource of plan `entry`: the steps `steps`
+/// chooses, in order, and for a bind the credentials template. A plan no longer configured
+/// (`entry` is `None`) gives no steps.
+pub(crate) fn op_plan(entry: Option<&PlanEntry>, kind: OpKind, steps: Steps) -> OpPlan {
+    let steps = match steps {
+        Steps::Configured => entry.map(|e| configured_steps(e, kind)).unwrap_or_default(),
+        Steps::LeftBehind(steps) => steps,
+        Steps::Nothing => Vec::new(),
+    };
+    let credentials = match kind {
+        OpKind::Bind => entry
+            .and_then(|e| e.blueprint.binding.as_ref())
+            .map(|b| b.credentials.clone()),
+        OpKind::Provision | OpKind::Update | OpKind::Deprovision | OpKind::Unbind => None,
+    };
+    OpPlan { steps, credentials }
+}
+
+/// The steps `entry`'s blueprint gives operations of `kind`, in order.
+fn configured_steps(entry: &PlanEntry, kind: OpKind) -> Vec<Step> {
+    match kind {
+        OpKind::Provision => entry.instance_steps(Phase::Provision),
+        OpKind::Update => entry.instance_steps(Phase::Update),
+        OpKind::Deprovision => entry.instance_steps(Phase::Deprovision),
+        OpKind::Bind => entry.binding_steps(Phase::Bind),
+        OpKind::Unbind => entry.binding_steps(Phase::Unbind),
+    }
+}
+
+/// A new operation of `kind` leased to this broker's engine, running the plan [`op_plan`] gives
+/// it, within `entry`'s deadline.
+pub(crate) fn new_operation(
+    broker: &Broker,
+    entry: Option<&PlanEntry>,
+    kind: OpKind,
+    steps: Steps,
+    request: Value,
+) -> Operation {
+    let deadline = entry
+        .and_then(|e| e.blueprint.deadline)
+        .unwrap_or(DEFAULT_DEADLINE);
+    let deadline_ms = i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX);
+    Operation::new(
+        kind,
+        op_plan(entry, kind, steps),
+        request,
+        deadline_ms,
+        broker.engine.owner(),
+        broker.engine.lease_ms(),
+    )
+}
+
+/// Runs a freshly started operation: inline for synchronous plans (returning the resource as it
+/// ended), in the background otherwise.
+pub(crate) async fn launch(
+    broker: &Broker,
+    key: &Key,
+    op: &Operation,
+) -> Result<Option<Resource>, ApiError> {
+    if op.plan.steps.is_empty() {
+        broker.engine.run_to_end(key.clone()).await;
+        Ok(broker.engine.store().get(key).await?)
+    } else {
+        broker.engine.spawn(key.clone());
+        Ok(None)
+    }
+}
+
+/// Waits for a running synchronous operation (one without steps: it ends within moments). A
+/// request cannot wait for an asynchronous one: AsyncRequired.
+pub(crate) async fn wait_sync(
+    broker: &Broker,
+    key: &Key,
+    op: &Operation,
+) -> Result<Option<Resource>, ApiError> {
+    if !op.plan.steps.is_empty() {
+        return Err(ApiError::async_required());
+    }
+    Ok(broker
+        .engine
+        .wait(key, &op.id, broker.sync_timeout())
+        .await?)
+}
+
+/// 202 Accepted with the operation to poll.
+pub(crate) fn accepted(op: &Operation) -> Response {
+    json_response(
+        StatusCode::ACCEPTED,
+        &AsyncResponse {
+            operation: Some(op.id.clone()),
+        },
+    )
+}
+
+/// The answer to a synchronous request whose operation was halted by another.
+pub(crate) fn superseded(now: &Resource) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        format!("the operation was halted by a {}", now.op.kind.as_str()),
+    )
+}
+
+/// The answer to a synchronous request whose operation failed.
+pub(crate) fn operation_failed(done: Resource) -> ApiError {
+    let kind = done.op.kind.as_str();
+    let reason = done
+        .op
+        .description
+        .unwrap_or_else(|| format!("{kind} failed"));
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, reason)
+}
+
+/// The `last_operation` answer for a resource: the operation the platform names if it is the one
+/// just replaced, else the current one (an unknown `operation` id is not an error).
+pub(crate) fn poll_response(
+    r: Option<Resource>,
+    operation: Option<&str>,
+    missing: impl FnOnce() -> String,
+) -> ApiResult {
+    let r = r.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, missing()))?;
+    // A platform still polling the operation this one replaced gets that operation's outcome
+    // (`failed` when it was halted).
+    if let Some(prev) = r
+        .previous
+        .as_ref()
+        .filter(|p| Some(p.id.as_str()) == operation)
+    {
+        let body = LastOperation {
+            state: prev.state,
+            description: prev.description.clone(),
+            instance_usable: None,
+            update_repeatable: None,
+        };
+        return Ok(json_response(StatusCode::OK, &body));
+    }
+    let op = &r.op;
+    let failed_mutation = op.state == OperationState::Failed
+        && matches!(op.kind, OpKind::Update | OpKind::Deprovision);
+    let body = LastOperation {
+        state: op.state,
+        description: Some(
+            op.description
+                .clone()
+                .unwrap_or_else(|| format!("{} in progress", op.kind.as_str())),
+        ),
+        instance_usable: (failed_mutation && r.key.binding_id.is_none())
+            .then_some(r.status == Status::Ready),
+        update_repeatable: (op.state == OperationState::Failed && op.kind == OpKind::Update)
+            .then_some(true),
+    };
+    let mut response = json_response(StatusCode::OK, &body);
+    if op.in_progress() {
+        let wait_ms = (op.next_run_at - brokkr_engine::now_ms()).clamp(1000, 60_000);
+        let secs = (wait_ms + 999) / 1000;
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_str(&secs.to_string()).expect("digits are a valid header"),
+        );
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+catalog:
+  services:
+  - name: s
+    id: svc
+    description: d
+    bindable: true
+    plans:
+    - {name: p, id: plan, description: d}
+blueprints:
+- service: s
+  plan: p
+  instance:
+    steps:
+    - {name: create, delay: 1s, on: [provision]}
+    - {name: change, delay: 1s, on: [update]}
+    - {name: first, delay: 1s, on: [deprovision]}
+    - {name: second, delay: 1s, on: [deprovision]}
+  binding:
+    steps:
+    - {name: grant, delay: 1s, on: [bind]}
+    - {name: revoke, delay: 1s, on: [unbind]}
+    credentials: {type: "{{ instance.parameters.type }}"}
+"#;
+
+    fn names(plan: &OpPlan) -> Vec<&str> {
+        plan.steps.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    #[test]
+    fn op_plan_gives_each_kind_its_steps_and_binds_their_credentials() {
+        let config = brokkr_blueprint::load::load_str("test.yaml", CONFIG).unwrap();
+        let entry = config.plan("svc", "plan").map(|e| e.as_ref());
+        let configured = |kind| op_plan(entry, kind, Steps::Configured);
+        assert_eq!(names(&configured(OpKind::Provision)), ["create"]);
+        assert_eq!(names(&configured(OpKind::Update)), ["change"]);
+        assert_eq!(names(&configured(OpKind::Deprovision)), ["second", "first"]);
+        assert_eq!(names(&configured(OpKind::Bind)), ["grant"]);
+        assert_eq!(names(&configured(OpKind::Unbind)), ["revoke"]);
+        let template = &entry
+            .unwrap()
+            .blueprint
+            .binding
+            .as_ref()
+            .unwrap()
+            .credentials;
+        assert_eq!(
+            configured(OpKind::Bind).credentials.as_ref(),
+            Some(template)
+        );
+        for kind in [
+            OpKind::Provision,
+            OpKind::Update,
+            OpKind::Deprovision,
+            OpKind::Unbind,
+        ] {
+            assert_eq!(configured(kind).credentials, None, "{kind:?}");
+        }
+
+        let left = configured(OpKind::Deprovision).steps[1..].to_vec();
+        let retry = op_plan(entry, OpKind::Deprovision, Steps::LeftBehind(left));
+        assert_eq!(names(&retry), ["first"]);
+        assert_eq!(
+            op_plan(entry, OpKind::Update, Steps::Nothing),
+            OpPlan::default()
+        );
+        // A plan no longer configured runs nothing.
+        assert_eq!(
+            op_plan(None, OpKind::Unbind, Steps::Configured),
+            OpPlan::default()
+        );
+    }
+}
