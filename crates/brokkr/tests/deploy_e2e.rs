@@ -14,61 +14,18 @@
 //! What it applies is left in the cluster for inspection; `kubectl delete -k deploy/base`
 //! removes it.
 
-use std::io::Write as _;
-use std::net::TcpListener;
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
+use support::cluster::{kubectl, try_kubectl};
+use support::{BIN, free_port};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn kubeconfig() -> String {
-    std::env::var("BROKKR_E2E_KUBECONFIG")
-        .expect("BROKKR_E2E_KUBECONFIG: a kubeconfig for the end-to-end cluster")
-}
-
-/// Runs kubectl with the e2e kubeconfig (or `config`), feeding `stdin`; returns stdout, or
-/// stderr as the error.
-fn kubectl_as(config: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(config)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl on the PATH");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8(out.stdout).unwrap())
-    } else {
-        Err(format!(
-            "kubectl {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
-    kubectl_as(&kubeconfig(), args, stdin).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn documents(text: &str) -> Vec<Value> {
@@ -139,7 +96,7 @@ fn check_as_written(objects: &[Value]) {
         if let Some(ns) = &ns {
             args.extend(["-n", ns.as_str()]);
         }
-        let live: Value = serde_json::from_str(&kubectl(&args, None)).unwrap();
+        let live: Value = serde_json::from_str(&kubectl(&args, "")).unwrap();
         let mut written = object.clone();
         // The aggregation controller fills an aggregated role's rules.
         if written.get("aggregationRule").is_some() {
@@ -151,12 +108,12 @@ fn check_as_written(objects: &[Value]) {
 
 /// Applies a kustomization (dry run first), the way the server's version allows.
 fn apply(dir: &str, has_policy_v1: bool) -> Vec<Value> {
-    let rendered = kubectl(&["kustomize", &deploy(dir)], None);
+    let rendered = kubectl(&["kustomize", &deploy(dir)], "");
     let mut objects = documents(&rendered);
     if has_policy_v1 {
         let path = deploy(dir);
-        kubectl(&["apply", "--dry-run=server", "-k", &path], None);
-        kubectl(&["apply", "-k", &path], None);
+        kubectl(&["apply", "--dry-run=server", "-k", &path], "");
+        kubectl(&["apply", "-k", &path], "");
     } else {
         let before = objects.len();
         objects.retain(|o| o["kind"] != "PodDisruptionBudget");
@@ -170,8 +127,8 @@ fn apply(dir: &str, has_policy_v1: bool) -> Vec<Value> {
         let text =
             serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
                 .unwrap();
-        kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&text));
-        kubectl(&["apply", "-f", "-"], Some(&text));
+        kubectl(&["apply", "--dry-run=server", "-f", "-"], &text);
+        kubectl(&["apply", "-f", "-"], &text);
     }
     check_as_written(&objects);
     objects
@@ -187,16 +144,8 @@ fn remove(objects: &[Value]) {
         serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": rest})).unwrap();
     kubectl(
         &["delete", "--ignore-not-found", "--wait=true", "-f", "-"],
-        Some(&text),
+        &text,
     );
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Process(Child);
@@ -216,7 +165,7 @@ fn service_account_kubeconfig(sa: &str, dir: &Path) -> String {
         "type": "kubernetes.io/service-account-token",
         "metadata": {"name": secret, "namespace": "brokkr",
             "annotations": {"kubernetes.io/service-account.name": sa}}});
-    kubectl(&["apply", "-f", "-"], Some(&manifest.to_string()));
+    kubectl(&["apply", "-f", "-"], &manifest.to_string());
     let token = eventually("the ServiceAccount token", || {
         let out = kubectl(
             &[
@@ -228,14 +177,14 @@ fn service_account_kubeconfig(sa: &str, dir: &Path) -> String {
                 "-o",
                 "jsonpath={.data.token}",
             ],
-            None,
+            "",
         );
         (!out.is_empty()).then_some(out)
     });
     let token = String::from_utf8(base64_decode(&token).expect("base64 token")).unwrap();
     let mut config: Value = serde_json::from_str(&kubectl(
         &["config", "view", "--raw", "--flatten", "-o", "json"],
-        None,
+        "",
     ))
     .unwrap();
     config["users"] = json!([{"name": sa, "user": {"token": token}}]);
@@ -262,7 +211,7 @@ fn check_controller_permissions() {
     let can = |args: &[&str]| {
         let mut all = vec!["auth", "can-i", "--as", sa];
         all.extend(args);
-        kubectl_as(&kubeconfig(), &all, None).is_ok()
+        try_kubectl(&all, None).is_ok()
     };
     for args in [
         &[
@@ -329,12 +278,12 @@ fn run_controller_as_its_service_account(dir: &Path) {
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "brokkr-broker-auth", "namespace": "brokkr"},
         "stringData": {"username": "e2e", "password": "e2e-secret"}});
-    kubectl(&["apply", "-f", "-"], Some(&secret.to_string()));
+    kubectl(&["apply", "-f", "-"], &secret.to_string());
     let local = json!({"apiVersion": "services.brokkr.dev/v1alpha1", "kind": "ClusterServiceBroker",
         "metadata": {"name": "brokkr-e2e-local"},
         "spec": {"url": format!("http://127.0.0.1:{broker_port}"),
             "authInfo": {"basic": {"secretRef": {"namespace": "brokkr", "name": "brokkr-broker-auth"}}}}});
-    kubectl(&["apply", "-f", "-"], Some(&local.to_string()));
+    kubectl(&["apply", "-f", "-"], &local.to_string());
 
     let config = service_account_kubeconfig("brokkr-controller", dir);
     let port = free_port();
@@ -355,8 +304,7 @@ fn run_controller_as_its_service_account(dir: &Path) {
             .unwrap(),
     );
     eventually("the controller's Lease", || {
-        let holder = kubectl_as(
-            &kubeconfig(),
+        let holder = try_kubectl(
             &[
                 "-n",
                 "brokkr",
@@ -380,18 +328,16 @@ fn run_controller_as_its_service_account(dir: &Path) {
                 "-o",
                 "json",
             ],
-            None,
+            "",
         );
         let status: Value = serde_json::from_str(&status).unwrap();
         let ready = status["status"]["conditions"]
             .as_array()?
             .iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        let plans: Value = serde_json::from_str(&kubectl(
-            &["get", "clusterserviceplans", "-o", "json"],
-            None,
-        ))
-        .unwrap();
+        let plans: Value =
+            serde_json::from_str(&kubectl(&["get", "clusterserviceplans", "-o", "json"], ""))
+                .unwrap();
         (ready && !plans["items"].as_array()?.is_empty()).then_some(())
     });
     kubectl(
@@ -401,7 +347,7 @@ fn run_controller_as_its_service_account(dir: &Path) {
             "brokkr-e2e-local",
             "--wait=false",
         ],
-        None,
+        "",
     );
 }
 
@@ -409,14 +355,14 @@ fn run_controller_as_its_service_account(dir: &Path) {
 #[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 fn every_kustomization_applies_to_a_real_api_server() {
     let dir = tempfile::tempdir().unwrap();
-    let has_policy_v1 = kubectl(&["api-versions"], None)
+    let has_policy_v1 = kubectl(&["api-versions"], "")
         .lines()
         .any(|l| l == "policy/v1");
 
     // The CRDs first, Established before anything uses their kinds.
     let crds = deploy("crds");
-    kubectl(&["apply", "--dry-run=server", "-k", &crds], None);
-    kubectl(&["apply", "-k", &crds], None);
+    kubectl(&["apply", "--dry-run=server", "-k", &crds], "");
+    kubectl(&["apply", "-k", &crds], "");
     kubectl(
         &[
             "wait",
@@ -427,7 +373,7 @@ fn every_kustomization_applies_to_a_real_api_server() {
             "app.kubernetes.io/part-of=brokkr",
             "--timeout=60s",
         ],
-        None,
+        "",
     );
     let established = kubectl(
         &[
@@ -438,9 +384,9 @@ fn every_kustomization_applies_to_a_real_api_server() {
             "-o",
             "name",
         ],
-        None,
+        "",
     );
-    let written = documents(&kubectl(&["kustomize", &crds], None));
+    let written = documents(&kubectl(&["kustomize", &crds], ""));
     assert_eq!(
         established.lines().count(),
         written.len(),
@@ -450,11 +396,10 @@ fn every_kustomization_applies_to_a_real_api_server() {
 
     // The namespace, as docs/install.md creates it before the Secrets (a server-side dry run
     // of namespaced objects needs it to exist).
-    kubectl(&["apply", "-f", &deploy("base/namespace.yaml")], None);
+    kubectl(&["apply", "-f", &deploy("base/namespace.yaml")], "");
 
     // The ServiceMonitor kind, when no Prometheus Operator installed it: only its name matters.
-    if kubectl_as(
-        &kubeconfig(),
+    if try_kubectl(
         &["get", "crd", "servicemonitors.monitoring.coreos.com"],
         None,
     )
@@ -466,7 +411,7 @@ fn every_kustomization_applies_to_a_real_api_server() {
                 "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
                 "versions": [{"name": "v1", "served": true, "storage": true,
                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
-        kubectl(&["apply", "-f", "-"], Some(&crd.to_string()));
+        kubectl(&["apply", "-f", "-"], &crd.to_string());
         kubectl(
             &[
                 "wait",
@@ -475,7 +420,7 @@ fn every_kustomization_applies_to_a_real_api_server() {
                 "crd/servicemonitors.monitoring.coreos.com",
                 "--timeout=60s",
             ],
-            None,
+            "",
         );
     }
 

@@ -17,8 +17,9 @@ pub fn kubeconfig() -> PathBuf {
         .into()
 }
 
-/// Runs kubectl against the end-to-end cluster with `stdin`; panics unless it succeeds.
-pub fn kubectl(args: &[&str], stdin: &str) -> String {
+/// Runs kubectl against the end-to-end cluster, feeding `stdin`; returns stdout, or what it
+/// printed as the error.
+pub fn try_kubectl(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
     let mut child = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig())
@@ -28,19 +29,31 @@ pub fn kubectl(args: &[&str], stdin: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("kubectl on the PATH");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(format!(
+            "kubectl {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Runs kubectl against the end-to-end cluster with `stdin`; panics unless it succeeds.
+pub fn kubectl(args: &[&str], stdin: &str) -> String {
+    try_kubectl(args, Some(stdin)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Server-side applies `yaml`, as `kubectl apply --server-side` does.
