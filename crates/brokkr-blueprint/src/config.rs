@@ -201,6 +201,10 @@ pub struct BrokerConfig {
     /// How long a synchronous request waits for its operation (default 60s).
     #[serde(default, with = "opt_duration")]
     pub sync_timeout: Option<Duration>,
+    /// Accept a provision without `organization_guid` or `space_guid`, which OSB 2.17 requires
+    /// (default false: 400), for platforms that send only `context`.
+    #[serde(default)]
+    pub accept_provision_without_guids: bool,
     /// Most HTTP connections open at once; beyond, new ones wait in the listen backlog
     /// (default 1024).
     #[serde(default)]

@@ -133,6 +133,33 @@ fn check_credentials_possible(
     }
 }
 
+/// OSB 2.17 requires `organization_guid` and `space_guid` in a provision (deprecated in favour
+/// of `context`, but REQUIRED); missing ones are a 400 unless the broker is told to accept them.
+fn check_guids(broker: &Broker, req: &ProvisionRequest) -> Result<(), ApiError> {
+    if broker.config().broker.accept_provision_without_guids {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        ("organization_guid", &req.organization_guid),
+        ("space_guid", &req.space_guid),
+    ]
+    .into_iter()
+    .filter(|(_, value)| value.as_deref().is_none_or(str::is_empty))
+    .map(|(field, _)| field)
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{} required (OSB 2.17); a platform that sends only `context` needs \
+         broker.accept_provision_without_guids: true",
+        match missing.as_slice() {
+            [one] => format!("{one} is"),
+            _ => "organization_guid and space_guid are".to_owned(),
+        }
+    )))
+}
+
 async fn provision(
     State(broker): State<AppState>,
     Path(instance_id): Path<String>,
@@ -149,6 +176,7 @@ async fn provision(
         ProvisionRequest::from_slice,
     )
     .await?;
+    check_guids(&broker, &req)?;
     let entry = plan_entry(&broker, &req.service_id, &req.plan_id)?;
     let entry = &*entry;
     check_maintenance_info(entry, req.maintenance_info.as_ref())?;

@@ -97,7 +97,7 @@ async fn http_steps_call_out_retry_and_keep_what_they_extract() {
     let (base, seen) = external().await;
     seen.lock().unwrap().unavailable = 2;
     let b = start_with(Backend::Sqlite, &config(&format!("{base}/records"))).await;
-    let body = json!({"service_id": "svc-dns", "plan_id": "plan-dns"});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-dns", "plan_id": "plan-dns"});
     let r = b
         .put(
             "/v2/service_instances/zone-1?accepts_incomplete=true",
@@ -144,7 +144,7 @@ async fn an_unexpected_status_fails_the_operation_naming_the_call() {
     let r = b
         .put(
             "/v2/service_instances/zone-2?accepts_incomplete=true",
-            json!({"service_id": "svc-dns", "plan_id": "plan-dns"}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-dns", "plan_id": "plan-dns"}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);

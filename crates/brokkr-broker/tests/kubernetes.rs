@@ -241,7 +241,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let r = broker
         .put(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_SMALL,
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL,
                 "context": {"platform": "kubernetes", "namespace": ns},
                 "parameters": {"version": "16", "storage": "1Gi"}}),
         )
@@ -330,7 +330,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let r = broker
         .put(
             &format!("{binding}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_SMALL}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL}),
         )
         .await;
     assert!(r.status.is_success(), "{:?}", r.body);
@@ -366,7 +366,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let r = broker
         .patch(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_MEDIUM, "parameters": {"version": "17"}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_MEDIUM, "parameters": {"version": "17"}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
@@ -376,7 +376,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let r = broker
         .patch(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_MEDIUM}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_MEDIUM}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -509,7 +509,7 @@ async fn bind(broker: &TestBroker, instance: &str, b: &str, parameters: Value) -
     let r = broker
         .put(
             &format!("{binding}?accepts_incomplete=true"),
-            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL, "parameters": parameters}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL, "parameters": parameters}),
         )
         .await;
     assert!(r.status.is_success(), "{:?}", r.body);
@@ -547,7 +547,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let r = broker
         .put(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL,
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL,
                 "context": {"platform": "kubernetes", "namespace": ns},
                 "parameters": {"storage": "1Gi"}}),
         )
@@ -637,7 +637,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     let r = broker
         .patch(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_MEDIUM}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_MEDIUM}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -720,7 +720,7 @@ async fn a_namespace_missing_from_the_context_fails_the_provision() {
     let r = broker
         .put(
             &format!("/v2/service_instances/{id}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -754,7 +754,7 @@ async fn per_instance_namespace(cluster: &Cluster, kubeconfig: &str) {
     let r = broker
         .put(
             &format!("{instance}?accepts_incomplete=true"),
-            json!({"service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"},
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL, "context": {"platform": "cloudfoundry"},
                 "parameters": {"storage": "1Gi"}}),
         )
         .await;

@@ -112,7 +112,7 @@ async fn steps_left_behind_by_unbind_and_deprovision_are_cleaned_up(backend: Bac
     let store = TestStore::new(backend).await;
     let b = serve(&store, CONFIG, options(), ServerLimits::default(), &kinds).await;
 
-    let body = json!({"service_id": "svc-left", "plan_id": "plan-left",
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-left", "plan_id": "plan-left",
                       "parameters": {"admin_password": "s3cret-param"}});
     let (status, _) = b
         .call(Method::PUT, "/v2/service_instances/lo-1", Some(body), false)
@@ -122,7 +122,7 @@ async fn steps_left_behind_by_unbind_and_deprovision_are_cleaned_up(backend: Bac
 
     // An unbind leaves its login behind, and says so.
     let binding = "/v2/service_instances/lo-1/service_bindings/app";
-    let body = json!({"service_id": "svc-left", "plan_id": "plan-left"});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-left", "plan_id": "plan-left"});
     let (status, _) = b.call(Method::PUT, binding, Some(body), false).await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, _) = b
@@ -301,7 +301,7 @@ async fn replicas_sharing_a_store_never_retry_one_orphan_at_the_same_time() {
     )
     .await;
     let b = serve(&store, CONFIG, options, ServerLimits::default(), &kinds).await;
-    let body = json!({"service_id": "svc-left", "plan_id": "plan-left"});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-left", "plan_id": "plan-left"});
     let (status, _) = a
         .call(Method::PUT, "/v2/service_instances/lo-2", Some(body), false)
         .await;

@@ -220,7 +220,7 @@ async fn sync_plan_lifecycle(backend: Backend) {
     assert_eq!(r.status, StatusCode::CREATED);
 
     let bind = format!("{}/service_bindings/b-1", instance("s-1"));
-    let body = json!({"service_id": SERVICE, "plan_id": SYNC_PLAN,
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": SYNC_PLAN,
                       "parameters": {"credentials": {"username": "reader"}}});
     let r = b.put(&bind, body.clone()).await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
@@ -265,13 +265,13 @@ async fn async_required_changes_nothing(backend: Backend) {
     let r = b
         .patch(
             &instance("a-2"),
-            json!({"service_id": SERVICE, "parameters": {"credentials": {"type": "mysql"}}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "parameters": {"credentials": {"type": "mysql"}}}),
         )
         .await;
     assert_eq!(r.error(), "AsyncRequired");
     let bind = format!("{}/service_bindings/b", instance("a-2"));
     let r = b
-        .put(&bind, json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN}))
+        .put(&bind, json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN}))
         .await;
     assert_eq!(r.error(), "AsyncRequired");
     assert_eq!(
@@ -310,26 +310,37 @@ async fn bad_input_is_rejected_and_changes_nothing(backend: Backend) {
             "exceeds the limit of 4096 bytes",
         ),
         (
-            b.request(Method::PUT, &path).json(&json!({"service_id": "nope", "plan_id": ASYNC_PLAN})),
+            b.request(Method::PUT, &path).json(&json!({"organization_guid": "org", "space_guid": "space", "service_id": "nope", "plan_id": ASYNC_PLAN})),
             StatusCode::BAD_REQUEST,
             "service_id \"nope\" is not in the catalog",
         ),
         (
-            b.request(Method::PUT, &path).json(&json!({"service_id": SERVICE, "plan_id": "nope"})),
+            b.request(Method::PUT, &path).json(&json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": "nope"})),
             StatusCode::BAD_REQUEST,
             "plan_id \"nope\" is not a plan",
         ),
         (
-            b.request(Method::PUT, &path).json(&json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN,
+            b.request(Method::PUT, &path).json(&json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN,
                 "parameters": {"credentials": {"host": "h"}, "extra": 1}})),
             StatusCode::BAD_REQUEST,
             "invalid parameters",
         ),
         (
-            b.request(Method::PUT, &path).json(&json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN,
+            b.request(Method::PUT, &path).json(&json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN,
                 "parameters": {"credentials": {"type": "pg", "port": 70000, "password": "hunter2"}}})),
             StatusCode::BAD_REQUEST,
             "`port` must be an integer from 1 to 65535",
+        ),
+        (
+            b.request(Method::PUT, &path).json(&json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN})),
+            StatusCode::BAD_REQUEST,
+            "organization_guid and space_guid are required (OSB 2.17)",
+        ),
+        (
+            b.request(Method::PUT, &path).json(&json!({"organization_guid": "org",
+                "service_id": SERVICE, "plan_id": ASYNC_PLAN, "context": {"platform": "kubernetes"}})),
+            StatusCode::BAD_REQUEST,
+            "space_guid is required",
         ),
         (
             b.request(Method::PUT, &format!("{path}&accepts_incomplete=maybe")).json(&provision_body(ASYNC_PLAN)),
@@ -367,6 +378,22 @@ async fn bad_input_is_rejected_and_changes_nothing(backend: Backend) {
     let r = b.send(b.request(Method::POST, "/v2/catalog")).await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(r.description(), "Method Not Allowed");
+
+    // A platform that sends only `context`, on a broker told to accept it.
+    let lenient = start_with(
+        backend,
+        &quickstart(|s| format!("broker:\n  accept_provision_without_guids: true\n{s}")),
+    )
+    .await;
+    let r = lenient
+        .put(
+            &format!("{}?accepts_incomplete=true", instance("ctx-only")),
+            json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN,
+                   "context": {"platform": "kubernetes", "namespace": "team-a"},
+                   "parameters": {"credentials": {"type": "redis", "host": "h"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
 }
 
 async fn maintenance_info_rules(backend: Backend) {
@@ -390,14 +417,14 @@ async fn maintenance_info_rules(backend: Backend) {
     let r = b
         .patch(
             &path,
-            json!({"service_id": SERVICE, "maintenance_info": {"version": "2.0.0"}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "maintenance_info": {"version": "2.0.0"}}),
         )
         .await;
     assert_eq!(r.error(), "MaintenanceInfoConflict");
     let r = b
         .patch(
             &path,
-            json!({"service_id": SERVICE, "maintenance_info": {"version": "1.0.0"}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "maintenance_info": {"version": "1.0.0"}}),
         )
         .await;
     // Provisioned without a version, the instance was built at the plan's: nothing to do.
@@ -414,7 +441,7 @@ async fn update_rules(backend: Backend) {
     let path = format!("{}?accepts_incomplete=true", instance("u-1"));
     let poll = format!("{}/last_operation", instance("u-1"));
 
-    let change = json!({"service_id": SERVICE, "plan_id": SYNC_PLAN,
+    let change = json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": SYNC_PLAN,
                         "previous_values": {"plan_id": ASYNC_PLAN}});
     // The new plan (sync) has no update steps: the plan change completes within the request.
     let r = b.patch(&path, change.clone()).await;
@@ -426,7 +453,7 @@ async fn update_rules(backend: Backend) {
         "a no-op update"
     );
 
-    let back = json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN,
+    let back = json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN,
                       "parameters": {"credentials": {"type": "mysql", "host": "m.example.com"}}});
     let r = b.patch(&path, back.clone()).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -436,7 +463,7 @@ async fn update_rules(backend: Backend) {
         op,
         "identical repeat"
     );
-    let other = json!({"service_id": SERVICE, "parameters": {"credentials": {"type": "redis"}}});
+    let other = json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "parameters": {"credentials": {"type": "redis"}}});
     let r = b.patch(&path, other).await;
     assert_eq!(
         (r.status, r.error()),
@@ -458,17 +485,17 @@ async fn update_rules(backend: Backend) {
 
     for (body, status, message) in [
         (
-            json!({"service_id": "other"}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": "other"}),
             StatusCode::BAD_REQUEST,
             "belongs to service",
         ),
         (
-            json!({"service_id": SERVICE, "plan_id": "nope"}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": "nope"}),
             StatusCode::BAD_REQUEST,
             "not a plan",
         ),
         (
-            json!({"service_id": SERVICE, "parameters": {"credentials": {"port": "x"}}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "parameters": {"credentials": {"port": "x"}}}),
             StatusCode::BAD_REQUEST,
             "invalid parameters",
         ),
@@ -480,7 +507,7 @@ async fn update_rules(backend: Backend) {
     let r = b
         .patch(
             &format!("{}?accepts_incomplete=true", instance("nope")),
-            json!({"service_id": SERVICE}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE}),
         )
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
@@ -499,7 +526,7 @@ async fn update_rules(backend: Backend) {
     let r = fixed
         .patch(
             &instance("f-1"),
-            json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN}),
         )
         .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -507,7 +534,7 @@ async fn update_rules(backend: Backend) {
     let r = fixed
         .patch(
             &instance("f-1"),
-            json!({"service_id": SERVICE, "parameters": {"credentials": {"type": "x"}}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "parameters": {"credentials": {"type": "x"}}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK);
@@ -535,7 +562,7 @@ async fn deprovision_rules(backend: Backend) {
         instance("d-1")
     );
     let r = b
-        .put(&bind, json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN}))
+        .put(&bind, json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN}))
         .await;
     assert_eq!(r.error(), "ConcurrencyError");
     let done = b
@@ -600,7 +627,7 @@ async fn deprovision_halts_a_running_provision(backend: Backend) {
 async fn binding_rules(backend: Backend) {
     let b = start(backend).await;
     let bind = |i: &str, id: &str| format!("{}/service_bindings/{id}", instance(i));
-    let body = json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN, "bind_resource": {"app_guid": "app-1"}});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "bind_resource": {"app_guid": "app-1"}});
 
     let r = b
         .put(
@@ -663,19 +690,19 @@ async fn binding_rules(backend: Backend) {
 
     for (body, message) in [
         (
-            json!({"service_id": SERVICE, "plan_id": SYNC_PLAN}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": SYNC_PLAN}),
             "has service_id",
         ),
         (
-            json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN, "parameters": {"credentials": {"host": "bad host"}}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "parameters": {"credentials": {"host": "bad host"}}}),
             "`host`",
         ),
         (
-            json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN, "parameters": {"nope": 1}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "parameters": {"nope": 1}}),
             "invalid parameters",
         ),
         (
-            json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN, "predecessor_binding_id": "b-1"}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "predecessor_binding_id": "b-1"}),
             "cannot be rotated",
         ),
     ] {
@@ -746,7 +773,7 @@ async fn binding_rules(backend: Backend) {
     let r = b
         .patch(
             &instance("i-1"),
-            json!({"service_id": SERVICE, "plan_id": SYNC_PLAN}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": SYNC_PLAN}),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
@@ -760,7 +787,7 @@ async fn binding_rules(backend: Backend) {
     let r = b
         .put(
             &format!("{}?accepts_incomplete=true", bind("i-1", "b-3")),
-            json!({"service_id": SERVICE, "plan_id": SYNC_PLAN}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": SYNC_PLAN}),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "the sync plan binds at once");
@@ -856,7 +883,7 @@ async fn deadline_failure_and_orphan_mitigation(backend: Backend) {
         instance("o-1")
     );
     let r = b
-        .put(&bind, json!({"service_id": SERVICE, "plan_id": ASYNC_PLAN}))
+        .put(&bind, json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN}))
         .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
 
@@ -921,7 +948,7 @@ async fn secrets_are_encrypted_at_rest(backend: Backend) {
     let r = b
         .put(
             &bind,
-            json!({"service_id": SERVICE, "plan_id": SYNC_PLAN,
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": SYNC_PLAN,
                            "parameters": {"credentials": {"password": "binding-secret-9c1d"}}}),
         )
         .await;
@@ -1050,7 +1077,7 @@ blueprints:
 
 async fn registry_values_feed_credentials(backend: Backend) {
     let b = start_with(backend, REGISTRY_CONFIG).await;
-    let body = json!({"service_id": "svc-db", "plan_id": "plan-small"});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-db", "plan_id": "plan-small"});
     assert_eq!(
         b.put("/v2/service_instances/r-1", body.clone())
             .await

@@ -76,7 +76,7 @@ impl TestBroker {
         let r = self
             .put(
                 &format!("/v2/service_instances/{id}?accepts_incomplete=true"),
-                json!({"service_id": service, "plan_id": plan, "parameters": params}),
+                json!({"organization_guid": "org", "space_guid": "space", "service_id": service, "plan_id": plan, "parameters": params}),
             )
             .await;
         assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -98,7 +98,7 @@ impl TestBroker {
         let r = self
             .put(
                 &format!("{path}?accepts_incomplete=true"),
-                json!({"service_id": service, "plan_id": plan, "parameters": params}),
+                json!({"organization_guid": "org", "space_guid": "space", "service_id": service, "plan_id": plan, "parameters": params}),
             )
             .await;
         assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -262,7 +262,7 @@ async fn postgresql_plan_update_changes_the_connection_limit() {
     let r = broker
         .patch(
             &format!("/v2/service_instances/{id}?accepts_incomplete=true"),
-            json!({"service_id": PG.0, "plan_id": PG_STANDARD}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG.0, "plan_id": PG_STANDARD}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -452,7 +452,7 @@ async fn a_server_that_is_down_fails_provision_after_the_step_budget() {
     let r = broker
         .put(
             &format!("/v2/service_instances/{id}?accepts_incomplete=true"),
-            json!({"service_id": PG.0, "plan_id": PG.1}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG.0, "plan_id": PG.1}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);

@@ -46,7 +46,7 @@ async fn a_step_that_takes_300ms_is_measured_as_taking_that_long(backend: Backen
         vec![("sleep", Arc::new(Sleep) as Arc<dyn StepKind>)],
     )
     .await;
-    let body = json!({"service_id": "svc-slow", "plan_id": "plan-slow"});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-slow", "plan_id": "plan-slow"});
     let op = b
         .put("/v2/service_instances/slow-1?accepts_incomplete=true", body)
         .await

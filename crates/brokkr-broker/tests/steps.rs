@@ -142,7 +142,7 @@ async fn step_semantics(backend: Backend) {
     let b = start_with_steps(backend, CONFIG, kinds).await;
     let path = "/v2/service_instances/s-1?accepts_incomplete=true";
     let poll = "/v2/service_instances/s-1/last_operation";
-    let body = json!({"service_id": "svc-steps", "plan_id": "plan-steps",
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-steps", "plan_id": "plan-steps",
                       "parameters": {"backup": false}});
 
     // Provision: a false condition skips, retries carry their reason, an optional failure is
@@ -176,7 +176,7 @@ async fn step_semantics(backend: Backend) {
     let r = b
         .patch(
             path,
-            json!({"service_id": "svc-steps", "parameters": {"backup": true}}),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-steps", "parameters": {"backup": true}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -258,7 +258,7 @@ async fn an_unbind_that_skipped_steps_can_be_repeated() {
     let attached = Arc::new(AtomicBool::new(true));
     let kinds: Vec<(&str, Arc<dyn StepKind>)> = vec![("stuck", Arc::new(Stuck(attached.clone())))];
     let b = start_with_steps(Backend::Sqlite, BINDING_CONFIG, kinds).await;
-    let body = json!({"service_id": "svc-keys", "plan_id": "plan-keys"});
+    let body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-keys", "plan_id": "plan-keys"});
     let r = b.put("/v2/service_instances/k-1", body.clone()).await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     let binding = "/v2/service_instances/k-1/service_bindings/app";

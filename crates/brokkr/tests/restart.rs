@@ -57,7 +57,7 @@ fn store_url(dir: &Path) -> String {
 /// Provision parameters that satisfy the quickstart schema.
 fn provision_body() -> Value {
     json!({
-        "service_id": SERVICE_ID,
+        "organization_guid": "org", "space_guid": "space", "service_id": SERVICE_ID,
         "plan_id": ASYNC_PLAN_ID,
         "parameters": {"credentials": {
             "type": "postgresql",
