@@ -101,6 +101,8 @@ async fn provision(osb: &Client, ids: &[String]) -> Vec<String> {
     let request = ProvisionRequest {
         service_id: "svc-crash".into(),
         plan_id: "plan-crash".into(),
+        organization_guid: Some("org".into()),
+        space_guid: Some("space".into()),
         ..ProvisionRequest::default()
     };
     futures::stream::iter(ids.iter().cloned())

@@ -12,6 +12,9 @@
 //! let request = ProvisionRequest {
 //!     service_id: catalog.services[0].id.clone(),
 //!     plan_id: catalog.services[0].plans[0].id.clone(),
+//!     // Required by OSB 2.17 (deprecated in favour of `context`).
+//!     organization_guid: Some("my-org".into()),
+//!     space_guid: Some("my-space".into()),
 //!     ..ProvisionRequest::default()
 //! };
 //! let answer = client.provision("i-1", &request, true).await?;
