@@ -72,11 +72,15 @@ fn bash(script: &str, path: &str, dir: &Path) -> Command {
     command
 }
 
-/// Removes the README's admin accounts (and what the flow may have left), so that the section
-/// runs on a machine where it ran before.
+/// Removes the README's admin accounts (and, in PostgreSQL, hands what a failed run left owned by
+/// it to `postgres`), so that the section runs on a machine where it ran before.
 fn forget_admin_accounts(path: &str, dir: &Path) {
     let out = bash(
-        "sudo -u postgres psql -qc 'DROP ROLE IF EXISTS brokkr_admin' >/dev/null
+        "sudo -u postgres psql -q -v ON_ERROR_STOP=1 -c \"DO \\$\\$ BEGIN
+           IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'brokkr_admin') THEN
+             REASSIGN OWNED BY brokkr_admin TO postgres; DROP OWNED BY brokkr_admin;
+             DROP ROLE brokkr_admin;
+           END IF; END \\$\\$\" >/dev/null
          sudo mariadb -e \"DROP USER IF EXISTS 'brokkr_admin'@'%'\"
          redis-cli ACL DELUSER brokkr_admin >/dev/null",
         path,
