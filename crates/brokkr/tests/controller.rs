@@ -45,14 +45,24 @@ fn quickstart_ids(dir: &Path) -> (Vec<String>, Vec<String>) {
 
 /// A fake API server that serves brokkr's kinds and Leases, and a kubeconfig file for it in `dir`.
 async fn cluster(dir: &Path) -> (FakeCluster, std::path::PathBuf) {
+    let (fake, kubeconfig) = cluster_without_crds(dir).await;
+    add_crds(&fake);
+    (fake, kubeconfig)
+}
+
+/// A fake API server that serves Leases but not yet brokkr's kinds.
+async fn cluster_without_crds(dir: &Path) -> (FakeCluster, std::path::PathBuf) {
     let fake = FakeCluster::start().await;
-    for crd in brokkr_controller::resources::crds() {
-        fake.add_crd(&crd);
-    }
     fake.add_kind("coordination.k8s.io", "v1", "Lease", "leases", true);
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
     (fake, kubeconfig)
+}
+
+fn add_crds(fake: &FakeCluster) {
+    for crd in brokkr_controller::resources::crds() {
+        fake.add_crd(&crd);
+    }
 }
 
 /// Waits until the broker at `broker_url` serves its catalog, then writes the Secret with its
@@ -78,7 +88,8 @@ async fn register_broker(fake: &FakeCluster, broker_url: &str) {
 #[tokio::test]
 async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let (fake, kubeconfig) = cluster(dir.path()).await;
+    // The controller starts before brokkr's CRDs are installed (applied together, say).
+    let (fake, kubeconfig) = cluster_without_crds(dir.path()).await;
 
     let (_broker, broker_url) = serve(dir.path());
     let listen = format!("127.0.0.1:{}", free_port());
@@ -99,6 +110,22 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
             .expect("start brokkr controller"),
     );
 
+    // It waits, not ready, instead of exiting; then the CRDs come.
+    // brokkr-osb's client is reqwest with brokkr's TLS set-up; here it only speaks plain HTTP.
+    let http = OsbClient::builder(format!("http://{listen}"))
+        .build()
+        .unwrap();
+    let waiting = eventually("/readyz to answer", async || {
+        http.request(Method::GET, "/readyz").send().await.ok()
+    })
+    .await;
+    assert_eq!(waiting.status(), 503);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        controller.0.try_wait().unwrap().is_none(),
+        "the controller exited without brokkr's CRDs"
+    );
+    add_crds(&fake);
     register_broker(&fake, &broker_url).await;
 
     let (services, plans) = quickstart_ids(dir.path());
@@ -136,10 +163,6 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
 
     instances_are_provisioned_and_deprovisioned(&fake, &broker_url).await;
 
-    // brokkr-osb's client is reqwest with brokkr's TLS set-up; here it only speaks plain HTTP.
-    let http = OsbClient::builder(format!("http://{listen}"))
-        .build()
-        .unwrap();
     let ready = http.request(Method::GET, "/readyz").send().await.unwrap();
     assert_eq!(ready.status(), 200);
     let metrics = http

@@ -18,9 +18,12 @@ use brokkr_controller::resources::ClusterServiceBroker;
 use clap::Args;
 use futures::FutureExt as _;
 use prometheus_client::registry::Registry;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::serve::{LogFormat, init_logging, shutdown_signal};
+
+/// How often a controller waiting for brokkr's CRDs looks again.
+const CRD_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[derive(Args)]
 pub struct ControllerArgs {
@@ -94,13 +97,14 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     let http = tokio::spawn(async move { axum::serve(listener, app).await });
 
     // Ready once the API server answers and serves brokkr's kinds.
-    kube::Api::<ClusterServiceBroker>::all(client.clone())
-        .list(&kube::api::ListParams::default().limit(1))
-        .await
-        .context(
-            "cannot list ClusterServiceBrokers: is the API server reachable, and are brokkr's \
-             CRDs installed (brokkr crds | kubectl apply -f -)?",
-        )?;
+    let shutdown = shutdown_signal().boxed().shared();
+    tokio::select! {
+        served = crds_served(&client) => served?,
+        () = shutdown.clone() => {
+            http.abort();
+            return Ok(());
+        }
+    }
     info!("connected to the Kubernetes API server");
     health.ready.store(true, Ordering::Relaxed);
 
@@ -111,7 +115,6 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .ok()
         .flatten()
         .and_then(|ns| ns.metadata.uid);
-    let shutdown = shutdown_signal().boxed().shared();
     let ctx = brokkr_controller::Context {
         client: client.clone(),
         metrics,
@@ -151,13 +154,42 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     Ok(())
 }
 
+/// Returns once the API server serves brokkr's kinds. CRDs that are not there yet (applied
+/// together with the controller, say) are waited for, looking every few seconds; any other
+/// answer — an unreachable server, refused credentials — is an error at once.
+async fn crds_served(client: &kube::Client) -> Result<()> {
+    let brokers = kube::Api::<ClusterServiceBroker>::all(client.clone());
+    let mut said = false;
+    loop {
+        match brokers
+            .list(&kube::api::ListParams::default().limit(1))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                if !said {
+                    warn!("waiting for brokkr's CRDs (brokkr crds | kubectl apply -f -)");
+                    said = true;
+                }
+                tokio::time::sleep(CRD_RECHECK).await;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(
+                    "cannot list ClusterServiceBrokers: is the API server reachable, and may \
+                     this identity list them?",
+                ));
+            }
+        }
+    }
+}
+
 async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
     if health.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ok")
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "the Kubernetes API server has not answered yet",
+            "the Kubernetes API server has not answered yet, or does not serve brokkr's CRDs yet",
         )
     }
 }
