@@ -109,9 +109,7 @@ fn instance_body(r: &Resource) -> InstanceOperationResponse {
 
 /// Dry-runs the binding credentials template with the instance's parameters and no binding
 /// parameters, so that a provision whose credentials could never be valid is refused before
-/// anything is stored. The engine evaluates credentials (with the facts of its targets) only for
-/// a binding resource: here a stand-in binding `probe` with no attributes and the instance's
-/// registry.
+/// anything is stored.
 fn check_credentials_possible(
     broker: &Broker,
     entry: &PlanEntry,
@@ -120,11 +118,10 @@ fn check_credentials_possible(
     let Some(binding) = &entry.blueprint.binding else {
         return Ok(());
     };
-    let mut probe = instance.clone();
-    probe.key = Key::binding(&instance.key.instance_id, "probe");
-    probe.attrs = json!({});
-    probe.op.plan.credentials = Some(binding.credentials.clone());
-    match broker.engine.credentials(instance, &probe) {
+    match broker
+        .engine
+        .credentials_dry_run(&binding.credentials, instance)
+    {
         Err(EvaluationError::Invalid(reason)) => Err(ApiError::bad_request(format!(
             "invalid parameters: {reason}"
         ))),

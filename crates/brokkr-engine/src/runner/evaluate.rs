@@ -75,6 +75,25 @@ impl Engine {
             .credentials(template, &subject(instance), &subject(binding))
             .map(Value::Object)
     }
+
+    /// Dry-runs `template`, a plan's binding credentials, for `instance` before it exists: as a
+    /// binding with no parameters of its own would see them (id `probe`, the instance's plan
+    /// and registry). A provision whose credentials could never be valid is refused with this.
+    pub fn credentials_dry_run(
+        &self,
+        template: &Value,
+        instance: &Resource,
+    ) -> Result<Value, EvaluationError> {
+        let binding = Subject {
+            id: "probe",
+            attrs: &Value::Object(Map::new()),
+            ..subject(instance)
+        };
+        self.inner
+            .evaluator
+            .credentials(template, &subject(instance), &binding)
+            .map(Value::Object)
+    }
 }
 
 /// How templates see a stored resource.
