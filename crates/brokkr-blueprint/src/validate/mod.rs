@@ -34,6 +34,8 @@ pub(crate) fn validate(
     Validator {
         errors: Vec::new(),
         maps,
+        template_files: HashMap::new(),
+        template_uses: HashMap::new(),
     }
     .run(files)
 }
@@ -42,6 +44,11 @@ pub(crate) fn validate(
 struct Validator {
     errors: Vec<ConfigError>,
     maps: HashMap<String, SourceMap>,
+    /// The file that defines each named template.
+    template_files: HashMap<String, String>,
+    /// Which named template each step template entry (`file`, field path) was resolved from,
+    /// so that a problem inside it is shown where it is written.
+    template_uses: HashMap<(String, String), String>,
 }
 
 impl Validator {
@@ -85,14 +92,39 @@ impl Validator {
     }
 
     /// Reports registry reads in `tree` (written at `field`) of keys not in `defined`; `later`
-    /// are keys defined after this point, and `why` says where, for a better message.
+    /// are keys defined after this point, and `why` says where, for a better message. A tree
+    /// that a step took from a named template is reported inside that template, naming the use.
     pub(super) fn check_reads(
         &mut self,
         file: &str,
         field: &str,
         tree: &Value,
         defined: &[String],
+        later: (&[String], &str),
+    ) {
+        let named = self
+            .template_uses
+            .get(&(file.to_owned(), field.to_owned()))
+            .and_then(|name| Some((self.template_files.get(name)?.clone(), name.clone())));
+        match named {
+            Some((template_file, name)) => {
+                let used = format!("; template {name:?} is used by {field} in {file}");
+                let at = format!("templates.{name}");
+                self.report_reads(&template_file, &at, tree, defined, later, &used);
+            }
+            None => self.report_reads(file, field, tree, defined, later, ""),
+        }
+    }
+
+    /// [`Self::check_reads`] at `field` of `file`, each message ending with `suffix`.
+    fn report_reads(
+        &mut self,
+        file: &str,
+        field: &str,
+        tree: &Value,
+        defined: &[String],
         (later, why): (&[String], &str),
+        suffix: &str,
     ) {
         for (at, key) in check::registry_reads(tree) {
             if defined.contains(&key) {
@@ -108,7 +140,12 @@ impl Validator {
                     defined.join(", ")
                 )
             };
-            self.error_at(file, field, &format!("{field}{at}"), message);
+            self.error_at(
+                file,
+                field,
+                &format!("{field}{at}"),
+                format!("{message}{suffix}"),
+            );
         }
     }
 
@@ -185,6 +222,10 @@ impl Validator {
         let target_configs: HashMap<String, TargetConfig> = targets
             .iter()
             .map(|(name, (_, target))| (name.clone(), target.clone()))
+            .collect();
+        self.template_files = templates
+            .iter()
+            .map(|(name, (file, _))| (name.clone(), file.clone()))
             .collect();
         let template_trees: HashMap<String, Value> = templates
             .into_iter()

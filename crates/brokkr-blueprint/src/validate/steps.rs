@@ -142,7 +142,11 @@ impl Validator {
             let field = format!("{at}.templates[{j}]");
             match entry {
                 Value::String(name) => match known.templates.get(name.as_str()) {
-                    Some(tree) => *entry = tree.clone(),
+                    Some(tree) => {
+                        self.template_uses
+                            .insert((file.to_owned(), field), name.clone());
+                        *entry = tree.clone();
+                    }
                     None => self.error(file, field, format!("unknown template {name:?}")),
                 },
                 Value::Object(_) => {
