@@ -951,3 +951,67 @@ async fn kubedb_postgres_lifecycle_on_a_cluster() {
     let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["kubedb.yaml"]).await;
     kubedb_postgres(&cluster, &kubeconfig, &ns).await;
 }
+
+/// A deprovision step whose last-deleted object is held by a finalizer waits for it without
+/// asking again about the objects it already deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_delete_does_not_ask_again_about_what_is_gone() {
+    let (cluster, _dir, kubeconfig) = fake().await;
+    let Cluster::Fake(fake) = &cluster else {
+        unreachable!()
+    };
+    let catalog = "targets:
+  cluster:
+    kind: kubernetes
+    namespace: from-context
+catalog:
+  services:
+  - {name: pair, id: svc-pair, description: Two Secrets, bindable: false,
+     plans: [{name: one, id: plan-one, description: One}]}
+blueprints:
+- service: pair
+  plan: one
+  instance:
+    steps:
+    - name: secrets
+      target: cluster
+      templates:
+      - {apiVersion: v1, kind: Secret, metadata: {name: first}, stringData: {a: b}}
+      - {apiVersion: v1, kind: Secret, metadata: {name: second}, stringData: {c: d}}
+";
+    let broker = broker(catalog, &kubeconfig).await;
+    let instance = "/v2/service_instances/pair-1";
+    let last = format!("{instance}/last_operation");
+    let r = broker
+        .put(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-pair",
+                   "plan_id": "plan-one", "context": {"platform": "kubernetes", "namespace": "team-a"}}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker.poll(&last, None).await);
+
+    // Deleted last to first: `second` goes, `first` is held by a finalizer for a while.
+    fake.set_finalizers("v1", "Secret", Some("team-a"), "first", &["e2e/hold"]);
+    let before = fake.requests().len();
+    let r = broker
+        .delete(&format!(
+            "{instance}?accepts_incomplete=true&service_id=svc-pair&plan_id=plan-one"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    broker.poll(&last, Some("Secret first")).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked = |name: &str| {
+        let path = format!("/api/v1/namespaces/team-a/secrets/{name}?");
+        fake.requests()[before..]
+            .iter()
+            .filter(|r| r.contains(&path))
+            .count()
+    };
+    assert_eq!(asked("second"), 2, "one read and one delete of `second`");
+    assert!(asked("first") >= 3, "`first` is looked at again");
+    fake.set_finalizers("v1", "Secret", Some("team-a"), "first", &[]);
+    ok(&broker.poll(&last, None).await);
+}

@@ -99,19 +99,20 @@ struct Inner {
     targets: Targets,
     /// Events not yet written, by operation id.
     events: Mutex<HashMap<String, Vec<Event>>>,
-    /// What each `target` step waiting for readiness has applied, and when, by operation id
-    /// and step name: its retries wait without applying the same resources again (for up to
-    /// [`REAPPLY_AFTER`]). Kept in memory only: after a restart the step applies once more,
-    /// which server-side apply makes harmless.
-    applied: Mutex<HashMap<(String, String), Applied>>,
+    /// What each `target` step did on its earlier runs, and since when, by operation id and
+    /// step name: the resources a step waiting for readiness applied, which its retries do not
+    /// apply again, or those a deprovision or unbind deleted, which its retries do not ask
+    /// about again (for up to [`REDO_AFTER`]). Kept in memory only: after a restart the step
+    /// does it all once more, which server-side apply and deletes of what is gone make harmless.
+    done: Mutex<HashMap<(String, String), Done>>,
 }
 
-/// What a `target` step applied, and when.
-type Applied = (Vec<Value>, std::time::Instant);
+/// What a `target` step did, and since when.
+type Done = (Vec<Value>, std::time::Instant);
 
-/// How long a waiting `target` step trusts its last apply: after that it applies again, which
-/// puts back an object someone deleted meanwhile.
-const REAPPLY_AFTER: Duration = Duration::from_secs(120);
+/// How long a `target` step trusts what its earlier runs did: after that it applies (or
+/// deletes) again, which puts back an object someone deleted meanwhile.
+const REDO_AFTER: Duration = Duration::from_secs(120);
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -142,7 +143,7 @@ impl Engine {
                 )])),
                 targets,
                 events: Mutex::new(HashMap::new()),
-                applied: Mutex::new(HashMap::new()),
+                done: Mutex::new(HashMap::new()),
             }),
         }
     }

@@ -11,7 +11,7 @@ use brokkr_blueprint::evaluate::EvaluationError;
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Map, Value};
 
-use super::{Engine, REAPPLY_AFTER, non_blocking};
+use super::{Engine, REDO_AFTER, non_blocking};
 use crate::model::{OpKind, Resource};
 use crate::step::StepOutcome;
 use crate::store::StoreError;
@@ -66,7 +66,7 @@ impl Engine {
     ) -> StepOutcome {
         let outcome = self.act_on_target(r, kind, step, name, context).await;
         if !matches!(outcome, Err(Halt::Retry(_) | Halt::Watched(_))) {
-            self.forget_applied(&r.op.id, &step.name);
+            self.forget_done(&r.op.id, &step.name);
         }
         match outcome {
             Ok(values) if values.is_empty() => StepOutcome::Done,
@@ -77,33 +77,40 @@ impl Engine {
         }
     }
 
-    /// Whether step `step` of operation `op_id` applied exactly `resources` on an earlier run,
-    /// not long ago, and only waits for them now.
-    fn already_applied(&self, op_id: &str, step: &str, resources: &[Value]) -> bool {
-        let applied = self.inner.applied.lock().expect("applied lock");
-        applied
-            .get(&(op_id.to_owned(), step.to_owned()))
-            .is_some_and(|(done, at)| done.as_slice() == resources && at.elapsed() < REAPPLY_AFTER)
+    /// What step `step` of operation `op_id` did on its earlier runs, not long ago, that a retry
+    /// need not do again: the resources it applied (and now waits for), or, in deprovision and
+    /// unbind, those it deleted.
+    fn done_before(&self, op_id: &str, step: &str) -> Vec<Value> {
+        let done = self.inner.done.lock().expect("done lock");
+        done.get(&(op_id.to_owned(), step.to_owned()))
+            .filter(|(_, at)| at.elapsed() < REDO_AFTER)
+            .map(|(resources, _)| resources.clone())
+            .unwrap_or_default()
     }
 
-    fn remember_applied(&self, op_id: &str, step: &str, resources: &[Value]) {
-        let mut applied = self.inner.applied.lock().expect("applied lock");
-        applied.insert(
+    fn remember_done(&self, op_id: &str, step: &str, resources: &[Value]) {
+        let mut done = self.inner.done.lock().expect("done lock");
+        let at = match done.get(&(op_id.to_owned(), step.to_owned())) {
+            // Adding to what the step did keeps the time it began trusting it.
+            Some((before, at)) if at.elapsed() < REDO_AFTER && resources.starts_with(before) => *at,
+            _ => std::time::Instant::now(),
+        };
+        done.insert(
             (op_id.to_owned(), step.to_owned()),
-            (resources.to_vec(), std::time::Instant::now()),
+            (resources.to_vec(), at),
         );
     }
 
-    /// Forgets what a step applied: it ended, or its operation did.
-    pub(super) fn forget_applied(&self, op_id: &str, step: &str) {
-        let mut applied = self.inner.applied.lock().expect("applied lock");
-        applied.remove(&(op_id.to_owned(), step.to_owned()));
+    /// Forgets what a step did: it ended, or its operation did.
+    pub(super) fn forget_done(&self, op_id: &str, step: &str) {
+        let mut done = self.inner.done.lock().expect("done lock");
+        done.remove(&(op_id.to_owned(), step.to_owned()));
     }
 
-    /// Forgets what every step of operation `op_id` applied.
+    /// Forgets what every step of operation `op_id` did.
     pub(super) fn forget_operation(&self, op_id: &str) {
-        let mut applied = self.inner.applied.lock().expect("applied lock");
-        applied.retain(|(op, _), _| op != op_id);
+        let mut done = self.inner.done.lock().expect("done lock");
+        done.retain(|(op, _), _| op != op_id);
     }
 
     /// Renders the step's templates; in deprovision and unbind deletes them last to first,
@@ -122,12 +129,24 @@ impl Engine {
         let resources = (evaluator.resources(&step.templates, context)).map_err(unrendered)?;
         let scope = &scope(r, step, context);
         if non_blocking(kind) {
+            // What an earlier run of this step deleted is gone: not asked again.
+            let mut gone = self.done_before(&r.op.id, &step.name);
             if let Some(secret) = &step.secret {
                 let name = self.secret_name(secret, context).map_err(Halt::Fail)?;
-                target.unpublish_credentials(&name, scope).await?;
+                let credentials = serde_json::json!({"credentials": name});
+                if !gone.contains(&credentials) {
+                    target.unpublish_credentials(&name, scope).await?;
+                    gone.push(credentials);
+                    self.remember_done(&r.op.id, &step.name, &gone);
+                }
             }
             for resource in resources.iter().rev() {
+                if gone.contains(resource) {
+                    continue;
+                }
                 target.delete(resource, scope).await?;
+                gone.push(resource.clone());
+                self.remember_done(&r.op.id, &step.name, &gone);
             }
             if kind == OpKind::Deprovision {
                 target.released(scope).await?;
@@ -136,14 +155,14 @@ impl Engine {
         }
         // A step that waits for readiness applied these very resources on its last run: it only
         // looks again. Rendered anew each run, so a change (a registry value) is still applied.
-        if !self.already_applied(&r.op.id, &step.name, &resources) {
+        if self.done_before(&r.op.id, &step.name) != resources {
             for resource in &resources {
                 target.apply(resource, scope).await?;
             }
             if kind == OpKind::Update {
                 target.prune(&resources, scope).await?;
             }
-            self.remember_applied(&r.op.id, &step.name, &resources);
+            self.remember_done(&r.op.id, &step.name, &resources);
         }
         for resource in &resources {
             match target.ready(resource, scope).await? {
