@@ -3,10 +3,6 @@
 //! releases it without any broker call. The deprovision calls of an orphan mitigation are made
 //! here too.
 
-use std::time::Duration;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -14,7 +10,7 @@ use kube::{Api, ResourceExt as _};
 
 use super::{
     ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION, RECHECK, annotated, end_operation, event,
-    instance_id, provision, reason, remove_finalizer, set, write_status,
+    instance_id, provision, reason, remove_finalizer, set, started, write_status,
 };
 use crate::Context;
 use crate::broker::Error;
@@ -52,23 +48,23 @@ pub(super) async fn deprovision(
     ctx.metrics.osb_call("deprovision", &answer);
     match answer {
         Ok(response) if response.is_async() => {
-            status.async_op_in_progress = true;
-            status.current_operation = Some(ServiceInstanceOperation::Deprovision);
-            status.last_operation = response.body.operation.clone();
-            status.operation_start_time = Some(Time(Timestamp::now()));
-            if !status.orphan_mitigation_in_progress {
-                set(
-                    &mut status,
-                    "Ready",
-                    ConditionStatus::False,
-                    "Deprovisioning",
-                    "The instance is being deprovisioned asynchronously",
-                );
-            }
-            write_status(instance, ctx, &status).await?;
-            Ok(Action::requeue(
-                response.retry_after.unwrap_or(Duration::from_secs(1)),
-            ))
+            // During orphan mitigation, Ready keeps saying why the provision failed.
+            let waiting = (!status.orphan_mitigation_in_progress).then_some((
+                "Deprovisioning",
+                "The instance is being deprovisioned asynchronously",
+            ));
+            let operation = response.body.operation.clone();
+            let kind = ServiceInstanceOperation::Deprovision;
+            started(
+                instance,
+                ctx,
+                status,
+                kind,
+                operation,
+                response.retry_after,
+                waiting,
+            )
+            .await
         }
         Ok(_) => deprovisioned(instance, ctx, status).await,
         Err(e) => {

@@ -418,6 +418,39 @@ fn plan_id(properties: &ServiceInstancePropertiesState) -> Option<&str> {
         .or(properties.service_plan_external_id.as_deref())
 }
 
+/// Records an operation the broker accepted asynchronously, `operation` being what to poll
+/// `last_operation` with, and sets `Ready` to `waiting` (reason, message) when given; polls after
+/// the broker's `Retry-After`, else after a second.
+async fn started(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    kind: crate::resources::ServiceInstanceOperation,
+    operation: Option<String>,
+    retry_after: Option<std::time::Duration>,
+    waiting: Option<(&str, &str)>,
+) -> Result<Action, Error> {
+    status.async_op_in_progress = true;
+    status.current_operation = Some(kind);
+    status.last_operation = operation;
+    status.operation_start_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    if let Some((reason, message)) = waiting {
+        set(
+            &mut status,
+            "Ready",
+            ConditionStatus::False,
+            reason,
+            message,
+        );
+    }
+    write_status(instance, ctx, &status).await?;
+    Ok(Action::requeue(
+        retry_after.unwrap_or(std::time::Duration::from_secs(1)),
+    ))
+}
+
 fn end_operation(status: &mut ServiceInstanceStatus) {
     status.async_op_in_progress = false;
     status.current_operation = None;

@@ -11,7 +11,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::{
-    RECHECK, end_operation, event, instance_id, osb_context, properties, reason, set, write_status,
+    RECHECK, end_operation, event, instance_id, osb_context, properties, reason, set, started,
+    write_status,
 };
 use crate::broker::Error;
 use crate::instance::resolve::Resolved;
@@ -68,23 +69,24 @@ pub(super) async fn provision(
     status.in_progress_properties = Some(properties(instance, resolved, parameters));
     match answer {
         Ok(response) if response.is_async() => {
-            status.async_op_in_progress = true;
-            status.current_operation = Some(ServiceInstanceOperation::Provision);
-            status.last_operation = response.body.operation.clone();
-            status.operation_start_time = Some(Time(Timestamp::now()));
             status.deprovision_status = Some(DeprovisionStatus::Required);
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
+            let waiting = (
                 "Provisioning",
                 "The instance is being provisioned asynchronously",
             );
-            write_status(instance, ctx, &status).await?;
-            Ok(Action::requeue(
-                response.retry_after.unwrap_or(Duration::from_secs(1)),
-            ))
+            let operation = response.body.operation.clone();
+            let kind = ServiceInstanceOperation::Provision;
+            started(
+                instance,
+                ctx,
+                status,
+                kind,
+                operation,
+                response.retry_after,
+                Some(waiting),
+            )
+            .await
         }
         Ok(response) => {
             status.dashboard_url = response.body.dashboard_url.clone();

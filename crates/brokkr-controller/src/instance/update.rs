@@ -2,19 +2,15 @@
 //! broker as an OSB update, `plan_id` only when the plan changed, `parameters` only when their
 //! checksum did, with `previous_values`. A failed update leaves the instance as it was, and usable.
 
-use std::time::Duration;
-
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::UpdateRequest;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 
 use super::{
     RECHECK, end_operation, event, instance_id, osb_context, plan_id, properties, reason, set,
-    write_status,
+    started, write_status,
 };
 use crate::Context;
 use crate::broker::Error;
@@ -85,22 +81,23 @@ pub(super) async fn update(
     status.in_progress_properties = Some(properties(instance, resolved, parameters));
     match answer {
         Ok(response) if response.is_async() => {
-            status.async_op_in_progress = true;
-            status.current_operation = Some(ServiceInstanceOperation::Update);
-            status.last_operation = response.body.operation.clone();
-            status.operation_start_time = Some(Time(Timestamp::now()));
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
-            set(
-                &mut status,
-                "Ready",
-                ConditionStatus::False,
+            let waiting = (
                 "UpdatingInstance",
                 "The instance is being updated asynchronously",
             );
-            write_status(instance, ctx, &status).await?;
-            Ok(Action::requeue(
-                response.retry_after.unwrap_or(Duration::from_secs(1)),
-            ))
+            let operation = response.body.operation.clone();
+            let kind = ServiceInstanceOperation::Update;
+            started(
+                instance,
+                ctx,
+                status,
+                kind,
+                operation,
+                response.retry_after,
+                Some(waiting),
+            )
+            .await
         }
         Ok(response) => {
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
