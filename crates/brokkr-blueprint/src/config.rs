@@ -1,4 +1,7 @@
 //! The configuration file model, as written in YAML.
+//!
+//! The types accept keys they do not know, so that one parse can find every misspelt key:
+//! [`crate::parse`] reports each of them as an error.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,7 +12,6 @@ use serde_json::Value;
 /// One configuration file. In a directory of files, `broker` and `store` may each appear in at
 /// most one file; services and blueprints from all files are combined.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct File {
     /// Broker settings.
     #[serde(default)]
@@ -60,7 +62,6 @@ impl TargetKind {
 /// One entry of `targets:`. The admin connection URL comes from an environment variable or a
 /// file, never from the configuration itself, so it stays out of files and logs.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// What the target is.
     pub kind: TargetKind,
@@ -134,53 +135,14 @@ pub enum PvcPolicy {
 
 /// The `catalog:` section: OSB service offerings, exactly as served.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
     /// Service offerings.
     #[serde(default)]
-    pub services: Services,
-}
-
-/// The service offerings of a file, with the keys that are not fields of the OSB catalog (a
-/// misspelt `plan_updatable`): the OSB types accept unknown keys, as a platform must, so they
-/// are noted here and reported by validation.
-#[derive(Debug, Clone, Default)]
-pub struct Services {
-    /// The offerings, as parsed.
-    pub offerings: Vec<brokkr_osb::Service>,
-    /// Paths of unknown keys below `services`: `[0].plans[1].fre`.
-    pub unknown_keys: Vec<String>,
-}
-
-impl<'de> Deserialize<'de> for Services {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut unknown_keys = Vec::new();
-        let offerings = serde_ignored::deserialize(deserializer, |path| {
-            unknown_keys.push(field_path(&path));
-        })?;
-        Ok(Self {
-            offerings,
-            unknown_keys,
-        })
-    }
-}
-
-/// `path` as this crate writes field paths: `[0].plans[1].fre`.
-fn field_path(path: &serde_ignored::Path<'_>) -> String {
-    use serde_ignored::Path;
-    match path {
-        Path::Root => String::new(),
-        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
-        Path::Map { parent, key } => format!("{}.{key}", field_path(parent)),
-        Path::Some { parent }
-        | Path::NewtypeStruct { parent }
-        | Path::NewtypeVariant { parent } => field_path(parent),
-    }
+    pub services: Vec<brokkr_osb::Service>,
 }
 
 /// The `broker:` section.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     /// Address to listen on (default `127.0.0.1:8080`).
     #[serde(default)]
@@ -221,7 +183,6 @@ pub struct BrokerConfig {
 /// Platform credentials. With none configured (here or in the environment), `serve` generates a
 /// password on first start.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Basic auth user name.
     #[serde(default)]
@@ -236,7 +197,6 @@ pub struct AuthConfig {
 
 /// What one plan does.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct Blueprint {
     /// The service offering's name.
     pub service: String,
@@ -259,7 +219,6 @@ pub struct Blueprint {
 
 /// Steps of provision, update and deprovision.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct InstanceBlueprint {
     /// Values computed once when the instance is provisioned, in order (a later one may use an
     /// earlier one as `registry('name')`), kept with the instance.
@@ -272,7 +231,6 @@ pub struct InstanceBlueprint {
 
 /// One registry definition.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct RegistryEntry {
     /// The key, `[A-Za-z_][A-Za-z0-9_]*`.
     pub name: String,
@@ -285,7 +243,6 @@ pub struct RegistryEntry {
 
 /// Steps of bind and unbind, and the credentials a binding returns.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct BindingBlueprint {
     /// Values computed once per binding, in order, starting from a copy of the instance's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -334,7 +291,6 @@ impl Phase {
 
 /// One step of an operation. Exactly one action field is set.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct Step {
     /// Unique within its list; shown in operation descriptions.
     pub name: String,

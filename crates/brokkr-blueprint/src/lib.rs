@@ -20,6 +20,7 @@ pub mod evaluate;
 pub mod functions;
 pub mod index;
 pub mod load;
+mod parse;
 pub mod schema;
 pub mod span;
 pub mod template;

@@ -1,12 +1,12 @@
 //! Loading a configuration: reading YAML files (one, or every `*.yaml`/`*.yml` of a directory),
-//! parsing them with source positions, and handing them to validation, which checks everything
+//! parsing them with source positions ([`crate::parse`]), and handing them to validation, which checks everything
 //! that can be known before a request and builds the [`Config`] index.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::File;
-use crate::span::{Position, SourceMap};
+use crate::parse;
+use crate::span::SourceMap;
 use crate::validate;
 
 pub use crate::error::{ConfigError, ConfigErrors};
@@ -48,51 +48,43 @@ pub fn load_sources(sources: &[(String, String)]) -> Result<Config, ConfigErrors
     let mut errors = Vec::new();
     let mut files = Vec::new();
     let mut maps = HashMap::new();
+    let mut complete = true;
     for (name, text) in sources {
         let map = SourceMap::new(text);
-        match parse(text) {
-            Ok(file) => files.push((name.clone(), file)),
-            Err((message, position)) => {
-                errors.push(ConfigError::new(name, "", message).at(&map, position))
-            }
+        let parsed = parse::parse(name, text, &map);
+        errors.extend(parsed.errors);
+        match parsed.file {
+            Some(file) => files.push((name.clone(), file)),
+            None => complete = false,
         }
         maps.insert(name.clone(), map);
     }
-    if !errors.is_empty() {
+    if !complete {
         return Err(ConfigErrors(errors));
     }
-    validate::validate(files, maps)
+    // Unknown keys do not stop validation, so one run shows every problem; a problem of an
+    // object that holds an unknown key is left out (the misspelt key explains it: a step whose
+    // `delay:` is written `delya:` has no action).
+    match validate::validate(files, maps) {
+        Ok(config) if errors.is_empty() => Ok(config),
+        Ok(_) => Err(ConfigErrors(errors)),
+        Err(ConfigErrors(found)) => {
+            let explained = |e: &ConfigError| {
+                errors
+                    .iter()
+                    .any(|u| u.file == e.file && parse::object_of(&u.field) == e.field)
+            };
+            let found: Vec<ConfigError> = found.into_iter().filter(|e| !explained(e)).collect();
+            errors.extend(found);
+            errors.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+            Err(ConfigErrors(errors))
+        }
+    }
 }
 
 /// Loads a single YAML document.
 pub fn load_str(name: &str, yaml: &str) -> Result<Config, ConfigErrors> {
     load_sources(&[(name.to_owned(), yaml.to_owned())])
-}
-
-/// Parses one file; an error comes with its message (without a snippet) and position.
-fn parse(text: &str) -> Result<File, (String, Option<Position>)> {
-    if text.trim().is_empty() {
-        return Ok(File::default());
-    }
-    let options = serde_saphyr::options! {
-        strict_booleans: true,
-        leading_zero_numbers_as_strings: true,
-    };
-    serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-        let position = e.location().filter(|l| l.line() > 0).map(|l| Position {
-            line: l.line() as usize,
-            column: (l.column() as usize).max(1),
-            width: 1,
-        });
-        let message = e.without_snippet().to_string();
-        let mut message = message.strip_prefix("error: ").unwrap_or(&message);
-        if let Some(p) = position {
-            // The position is shown below the message, rustc-style.
-            let suffix = format!(" at line {}, column {}", p.line, p.column);
-            message = message.strip_suffix(&suffix).unwrap_or(message);
-        }
-        (message.to_owned(), position)
-    })
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ impl Position {
 #[derive(Debug, Default)]
 pub struct SourceMap {
     positions: HashMap<String, Position>,
+    /// Where each mapping key is written, by the path of its value.
+    keys: HashMap<String, Position>,
     lines: Vec<String>,
 }
 
@@ -52,6 +54,7 @@ impl SourceMap {
     pub fn new(text: &str) -> Self {
         let mut map = Self {
             positions: HashMap::new(),
+            keys: HashMap::new(),
             lines: text.lines().map(str::to_owned).collect(),
         };
         let mut events = Parser::new_from_str(text)
@@ -109,6 +112,7 @@ impl SourceMap {
                             } else {
                                 format!("{path}.{name}")
                             };
+                            self.keys.insert(child.clone(), at);
                             self.walk(events, child, Some(at));
                         }
                         // A complex key: skip it and its value; neither has a field path.
@@ -143,6 +147,32 @@ impl SourceMap {
             let cut = path.rfind(['.', '[']).unwrap_or(0);
             path = &path[..cut];
         }
+    }
+
+    /// Where the key of `field` is written (`stepz` in `stepz: []`); for a field that is not a
+    /// mapping key, where [`locate`](Self::locate) places it.
+    pub fn locate_key(&self, field: &str) -> Option<Position> {
+        self.keys.get(field).copied().or_else(|| self.locate(field))
+    }
+
+    /// The keys written in the mapping at `field`, in no particular order.
+    pub fn keys_of<'a>(&'a self, field: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.keys.keys().filter_map(move |path| {
+            let rest = if field.is_empty() {
+                path.as_str()
+            } else {
+                path.strip_prefix(field)?.strip_prefix('.')?
+            };
+            (!rest.contains(['.', '['])).then_some(rest)
+        })
+    }
+
+    /// The paths of every key named `name`, anywhere in the file.
+    pub fn keys_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.keys
+            .keys()
+            .map(String::as_str)
+            .filter(move |path| path.rsplit_once('.').map_or(*path, |(_, last)| last) == name)
     }
 
     /// Line `n` (1-based) of the file.

@@ -190,11 +190,8 @@ impl Validator {
                     None => store = Some((name.clone(), s)),
                 }
             }
-            let catalog = file.catalog.unwrap_or_default().services;
-            for key in &catalog.unknown_keys {
-                self.unknown_catalog_key(&name, key);
-            }
-            for (i, s) in catalog.offerings.into_iter().enumerate() {
+            let offerings = file.catalog.unwrap_or_default().services;
+            for (i, s) in offerings.into_iter().enumerate() {
                 services.push((name.clone(), i, s));
             }
             for (i, b) in file.blueprints.into_iter().enumerate() {
