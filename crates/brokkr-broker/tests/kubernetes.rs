@@ -566,7 +566,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         .get("kubedb.com/v1", "Postgres", ns, &name)
         .await
         .unwrap();
-    assert_eq!(pg["spec"]["version"], "16.4");
+    assert_eq!(pg["spec"]["version"], "16.13");
     assert_eq!(pg["spec"]["authSecret"]["name"], format!("{name}-auth"));
     assert_eq!(
         pg["spec"]["storage"]["resources"]["requests"]["storage"],
@@ -651,7 +651,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         pg["metadata"]["labels"]["brokkr.dev/plan"],
         KUBEDB_PG_MEDIUM
     );
-    assert_eq!(pg["spec"]["version"], "16.4");
+    assert_eq!(pg["spec"]["version"], "16.13");
     let container = &pg["spec"]["podTemplate"]["spec"]["containers"][0];
     assert_eq!(container["resources"]["limits"]["memory"], "4Gi");
     cluster.kubedb_ready(ns, &name).await;
