@@ -255,27 +255,28 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         .await;
     assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
     if let Cluster::Fake(fake) = cluster {
-        // While it waits for readiness, the step looks again (200 ms, 400 ms, …) without
-        // applying again: one apply per object.
+        // While it waits for readiness, the step watches the StatefulSet (10 s at a time, then
+        // it reads it again) without applying again: one apply per object, and no read of the
+        // Secret or the Service, whose readiness the apply's answer shows.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let applies = |path: String| {
+        let statefulset = format!("/apis/apps/v1/namespaces/{ns}/statefulsets");
+        let count = |prefix: String| {
             fake.requests()
                 .iter()
-                .filter(|r| r.starts_with(&format!("PATCH {path}?")))
+                .filter(|r| r.starts_with(&prefix))
                 .count()
         };
-        let statefulset = format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{name}");
-        let reads = fake
-            .requests()
-            .iter()
-            .filter(|r| r.starts_with(&format!("GET {statefulset}?")))
-            .count();
-        assert!(reads >= 3, "the step looked again {reads} times");
-        assert_eq!(applies(statefulset), 1);
+        let named = |verb: &str, path: &str| count(format!("{verb} {path}/{name}?"));
+        assert_eq!(named("PATCH", &statefulset), 1, "applies");
         assert_eq!(
-            applies(format!("/api/v1/namespaces/{ns}/services/{name}")),
-            1
+            named("GET", &statefulset),
+            2,
+            "reads: the owner check, then one per watch"
         );
+        assert_eq!(count(format!("GET {statefulset}?&watch=true")), 2, "watches");
+        let services = format!("/api/v1/namespaces/{ns}/services");
+        assert_eq!(named("PATCH", &services), 1);
+        assert_eq!(named("GET", &services), 1, "the owner check only");
     }
 
     // Every object is there, labelled, in the namespace from the OSB context.

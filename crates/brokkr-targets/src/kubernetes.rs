@@ -37,11 +37,10 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
 use brokkr_servicebinding::BindingSecret;
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, Preconditions, WatchEvent, WatchParams,
+    PatchParams, Preconditions,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Scope as KubeScope;
@@ -49,13 +48,14 @@ use kube::{Client, Config, ResourceExt as _};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::{Readiness, Scope, Target, TargetError};
 
 mod names;
 mod namespace;
 pub mod readiness;
+mod watch;
 
 pub use names::{
     BINDING, CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PLAN, PVC_POLICY, SERVICE, STEP,
@@ -63,15 +63,13 @@ pub use names::{
 };
 use names::{annotations, is_dns_subdomain, labels, merge_into};
 
-/// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
-/// How long a readiness check watches an object that is not ready yet before it answers.
-const READY_WATCH: Duration = Duration::from_secs(10);
-/// How long a readiness check waits before it answers when it cannot watch the object.
-const WITHOUT_WATCH: Duration = Duration::from_secs(5);
-
 /// What every request to the cluster says it comes from.
 const USER_AGENT: &str = concat!("brokkr/", env!("CARGO_PKG_VERSION"));
 
+/// How many apply answers are kept for the readiness checks that follow them.
+const APPLIED_KEPT: usize = 4096;
+
+/// Kinds [`Target::prune`] looks at besides those of the new render and those seen before.
 const COMMON_KINDS: &[(&str, &str)] = &[
     ("v1", "ConfigMap"),
     ("v1", "Secret"),
@@ -103,6 +101,11 @@ pub struct Kubernetes {
     namespace: NamespacePolicy,
     pvc_policy: PvcPolicy,
     kinds: Mutex<HashMap<(String, String), Kind>>,
+    /// How long one watch for readiness or deletion lasts before the call answers.
+    watch_for: Duration,
+    /// The objects as the API server answered their last apply, until the readiness check that
+    /// follows reads them from here instead of asking again.
+    applied: Mutex<HashMap<String, DynamicObject>>,
 }
 
 /// Where the client's configuration comes from.
@@ -179,6 +182,8 @@ impl Kubernetes {
                 .unwrap_or(NamespacePolicy::FromContext),
             pvc_policy: config.pvc_policy.unwrap_or(PvcPolicy::Delete),
             kinds: Mutex::new(HashMap::new()),
+            watch_for: watch::WATCH_FOR,
+            applied: Mutex::new(HashMap::new()),
         }
     }
 
@@ -200,7 +205,16 @@ impl Kubernetes {
             namespace,
             pvc_policy,
             kinds: Mutex::new(HashMap::new()),
+            watch_for: watch::WATCH_FOR,
+            applied: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How long one watch for an object's readiness or deletion lasts before the call answers
+    /// `waiting` and the engine asks again (default 10 s).
+    pub fn watching_for(mut self, watch_for: Duration) -> Self {
+        self.watch_for = watch_for;
+        self
     }
 
     async fn client(&self) -> Result<&Client, TargetError> {
@@ -363,6 +377,17 @@ impl Kubernetes {
         })
     }
 
+    /// The key of an object in [`Self::applied`].
+    fn object_key(at: &Located, r: &ObjectRef) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            at.namespace.as_deref().unwrap_or_default(),
+            r.api_version,
+            r.kind,
+            r.name()
+        )
+    }
+
     async fn get(&self, at: &Located, name: &str) -> Result<Option<DynamicObject>, TargetError> {
         at.api
             .get_opt(name)
@@ -398,42 +423,42 @@ impl Kubernetes {
         Ok(Some(live))
     }
 
-    /// Deletes `name` when it is `scope`'s and answers whether it is gone; an object that is not
-    /// brokkr's for `scope` is left alone (and counts as gone). One already being deleted is not
-    /// asked again. `foreground` waits for its dependents (a StatefulSet's Pods) before it goes.
+    /// Deletes `name` when it is `scope`'s; answers the object while it is still going (`None`
+    /// once it is gone). An object that is not brokkr's for `scope` is left alone (and counts as
+    /// gone). One already being deleted is not asked again. `foreground` waits for its
+    /// dependents (a StatefulSet's Pods) before it goes.
     async fn delete_own(
         &self,
         at: &Located,
         name: &str,
         scope: &Scope<'_>,
         foreground: bool,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<Option<DynamicObject>, TargetError> {
         match self.check_owner(at, name, scope).await {
-            Ok(None) => Ok(true),
-            Ok(Some(live)) if live.metadata.deletion_timestamp.is_some() => Ok(false),
+            Ok(None) => Ok(None),
+            Ok(Some(live)) if live.metadata.deletion_timestamp.is_some() => Ok(Some(live)),
             Ok(Some(live)) => {
                 self.delete_and_check(at, name, live.metadata.uid, foreground)
                     .await
             }
             Err(TargetError::Invalid(why)) => {
                 warn!(target = %self.name, "{why}: left in place");
-                Ok(true)
+                Ok(None)
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Deletes `name` (only the object of that `uid`, when given: a precondition) and answers
-    /// whether it is gone, from the API server's answer alone: the deleted object's status when it
-    /// went at once, the object itself while it waits for finalizers or, with `foreground`, for
-    /// its dependents.
+    /// Deletes `name` (only the object of that `uid`, when given: a precondition) and answers,
+    /// from the API server's answer alone, the object while it waits for finalizers or, with
+    /// `foreground`, for its dependents; `None` when it went at once.
     async fn delete_and_check(
         &self,
         at: &Located,
         name: &str,
         uid: Option<String>,
         foreground: bool,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<Option<DynamicObject>, TargetError> {
         let propagation = if foreground {
             DeleteParams::foreground()
         } else {
@@ -448,17 +473,16 @@ impl Kubernetes {
         };
         match at.api.delete(name, &params).await {
             // Left: the object, still there; Right: the status of its deletion.
-            Ok(answer) => Ok(answer.is_right()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+            Ok(answer) => Ok(answer.left()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             // Another object of that name replaced it meanwhile: this one is gone.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(self.error(&format!("deleting {}", at.what), e)),
         }
     }
 
-    /// Watches `live` (one object, from the version just read) for up to [`READY_WATCH`] and
-    /// answers as soon as a change makes it ready; else what it still waits for. A watch that
-    /// cannot be opened or breaks answers `waiting` at once: the caller reads the object again.
+    /// Watches `live` (one object, from the version just read) for up to `watch_for` and
+    /// answers as soon as a change makes it ready; else what it still waits for.
     async fn await_change(
         &self,
         at: &Located,
@@ -466,44 +490,30 @@ impl Kubernetes {
         live: &DynamicObject,
         mut waiting: String,
     ) -> Result<Readiness, TargetError> {
-        let name = live.name_any();
-        let version = live.metadata.resource_version.clone().unwrap_or_default();
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(READY_WATCH.as_secs() as u32);
-        let events = match at.api.watch(&params, &version).await {
-            Ok(events) => events,
-            Err(e) => {
-                // No `watch` permission, or a server that refuses: read again in a while.
-                debug!(target = %self.name, error = %e, "cannot watch {}; polling it", at.what);
-                tokio::time::sleep(WITHOUT_WATCH).await;
-                return Ok(Readiness::Waiting(waiting));
-            }
-        };
-        let started = tokio::time::Instant::now();
-        let mut events = std::pin::pin!(events);
-        let deadline = tokio::time::Instant::now() + READY_WATCH + Duration::from_secs(1);
-        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, events.next()).await {
-            match event {
-                Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))
-                    if object.name_any() == name =>
-                {
-                    let object = serde_json::to_value(&object).unwrap_or_default();
-                    match readiness::builtin(kind, &object).map_err(|e| self.invalid(e))? {
-                        Readiness::Waiting(reason) => waiting = reason,
-                        ready => return Ok(ready),
-                    }
+        let mut invalid = None;
+        let seen = watch::watch_one(&at.api, live, self.watch_for, |object| {
+            let object = serde_json::to_value(object).unwrap_or_default();
+            match readiness::builtin(kind, &object) {
+                Ok(Readiness::Waiting(reason)) => {
+                    waiting = reason;
+                    false
                 }
-                Ok(WatchEvent::Deleted(object)) if object.name_any() == name => {
-                    return Ok(Readiness::Waiting(format!("{} was deleted", at.what)));
+                Ok(Readiness::Ready) => true,
+                Err(e) => {
+                    invalid = Some(e);
+                    true
                 }
-                Ok(WatchEvent::Error(_)) | Err(_) => break,
-                Ok(_) => {}
             }
+        })
+        .await;
+        if let Some(e) = invalid {
+            return Err(self.invalid(e));
         }
-        // A watch the server ended early is not a reason to ask again at once.
-        tokio::time::sleep_until(started + Duration::from_secs(1)).await;
-        Ok(Readiness::Waiting(waiting))
+        Ok(match seen {
+            watch::Seen::Wanted(_) => Readiness::Ready,
+            watch::Seen::Gone => Readiness::Waiting(format!("{} was deleted", at.what)),
+            watch::Seen::Nothing => Readiness::Waiting(waiting),
+        })
     }
 
     /// The PVC policy for a rendered object.
@@ -540,27 +550,32 @@ impl Kubernetes {
                     e,
                 )
             })?;
-        let mut waiting = None;
+        let mut going = Vec::new();
         for claim in claims {
-            let name = claim.metadata.name.unwrap_or_default();
-            if claim.metadata.deletion_timestamp.is_none() {
-                match api.delete(&name, &DeleteParams::background()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => continue,
-                    Err(e) => {
-                        return Err(
-                            self.error(&format!("deleting PersistentVolumeClaim {name}"), e)
-                        );
-                    }
+            if claim.metadata.deletion_timestamp.is_some() {
+                going.push(claim);
+                continue;
+            }
+            let name = claim.name_any();
+            match api.delete(&name, &DeleteParams::background()).await {
+                // Left: still there (the `kubernetes.io/pvc-protection` finalizer holds it
+                // while a Pod uses it).
+                Ok(answer) => going.extend(answer.left()),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(self.error(&format!("deleting PersistentVolumeClaim {name}"), e));
                 }
             }
-            if api.get_opt(&name).await.ok().flatten().is_some() {
-                waiting = Some(format!(
-                    "waiting for PersistentVolumeClaim {name} to be deleted"
-                ));
+        }
+        for claim in going {
+            if !watch::await_gone(&api, &claim, self.watch_for).await {
+                return Ok(Some(format!(
+                    "waiting for PersistentVolumeClaim {} to be deleted",
+                    claim.name_any()
+                )));
             }
         }
-        Ok(waiting)
+        Ok(None)
     }
 
     /// Adds brokkr's labels, annotations and namespace to a rendered object.
@@ -619,23 +634,36 @@ impl Target for Kubernetes {
         self.check_owner(&at, r.name(), scope).await?;
         let body = self.stamp(resource, at.namespace.as_deref(), scope);
         let params = PatchParams::apply(MANAGER).force();
-        at.api
+        let applied = at
+            .api
             .patch(r.name(), &params, &Patch::Apply(&body))
             .await
             .map_err(|e| self.error(&format!("applying {}", at.what), e))?;
+        let mut cache = self.applied.lock().expect("lock");
+        // Bounded: an apply whose readiness is never asked leaves its entry behind.
+        if cache.len() >= APPLIED_KEPT {
+            cache.clear();
+        }
+        cache.insert(Self::object_key(&at, &r), applied);
         Ok(())
     }
 
     async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         let r = self.object_ref(resource)?;
         let at = self.locate(&r, scope).await?;
+        self.applied
+            .lock()
+            .expect("lock")
+            .remove(&Self::object_key(&at, &r));
         let policy = self.pvc_policy(resource)?;
         if r.kind == "PersistentVolumeClaim" && r.api_version == "v1" && policy == PvcPolicy::Retain
         {
             info!(target = %self.name, claim = r.name(), "PersistentVolumeClaim retained");
             return Ok(());
         }
-        if !self.delete_own(&at, r.name(), scope, true).await? {
+        if let Some(going) = self.delete_own(&at, r.name(), scope, true).await?
+            && !watch::await_gone(&at.api, &going, self.watch_for).await
+        {
             return Err(TargetError::Unavailable(format!(
                 "waiting for {} to be deleted",
                 at.what
@@ -654,7 +682,30 @@ impl Target for Kubernetes {
     async fn ready(&self, resource: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError> {
         let r = self.object_ref(resource)?;
         let at = self.locate(&r, scope).await?;
-        match self.get(&at, r.name()).await? {
+        // Right after an apply, its answer is the object as it is now: enough for a kind whose
+        // readiness reads no status, and a place to watch from for one that is not ready yet.
+        // A status-driven object the answer shows ready is read again (its controller may not
+        // have seen the new spec yet).
+        let applied = self
+            .applied
+            .lock()
+            .expect("lock")
+            .remove(&Self::object_key(&at, &r))
+            .filter(|answer| {
+                readiness::without_status(&r.kind)
+                    || matches!(
+                        readiness::builtin(
+                            &r.kind,
+                            &serde_json::to_value(answer).unwrap_or_default()
+                        ),
+                        Ok(Readiness::Waiting(_))
+                    )
+            });
+        let live = match applied {
+            Some(object) => Some(object),
+            None => self.get(&at, r.name()).await?,
+        };
+        match live {
             None => {
                 // Nothing to watch: the caller asks again at once, so pause here.
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -886,11 +937,10 @@ impl Target for Kubernetes {
             what: format!("Secret {name}"),
         };
         match self.delete_own(&at, name, scope, false).await? {
-            true => Ok(()),
-            false => Err(TargetError::Unavailable(format!(
-                "waiting for {} to be deleted",
-                at.what
-            ))),
+            Some(going) if !watch::await_gone(&at.api, &going, self.watch_for).await => Err(
+                TargetError::Unavailable(format!("waiting for {} to be deleted", at.what)),
+            ),
+            _ => Ok(()),
         }
     }
 

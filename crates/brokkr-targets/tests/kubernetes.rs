@@ -2,6 +2,8 @@
 //! brokkr's labels, namespace policies, readiness, prune on update, deletion that waits, PVC
 //! policy, read-back and binding Secrets.
 
+use std::time::Duration;
+
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig, TargetKind};
 use brokkr_fake_kube::FakeCluster;
 use brokkr_targets::kubernetes::{Kubernetes, instance_namespace, label_value};
@@ -21,8 +23,10 @@ fn scope<'a>(context: &'a Value, step: &'a str) -> Scope<'a> {
     }
 }
 
+/// A target on the fake; a call that waits for a change watches for 300 ms, not 10 s.
 fn target(fake: &FakeCluster, namespace: NamespacePolicy, pvc: PvcPolicy) -> Kubernetes {
     Kubernetes::with_client("cluster", fake.client(), namespace, pvc)
+        .watching_for(Duration::from_millis(300))
 }
 
 /// A target that puts objects in namespace `default` and deletes claims with their StatefulSet.

@@ -39,6 +39,11 @@ impl From<TargetError> for Halt {
 /// The pause before a step whose target watched a resource that is not ready yet looks again.
 const AFTER_WATCH: Duration = Duration::from_millis(100);
 
+/// Where the resources a waiting step already saw ready are remembered, beside what it applied.
+fn ready_key(step: &str) -> String {
+    format!("{step}\u{0}ready")
+}
+
 /// Goes on when a resource or check is ready; waits otherwise.
 fn ready(readiness: Readiness) -> Result<(), Halt> {
     match readiness {
@@ -105,6 +110,7 @@ impl Engine {
     pub(super) fn forget_done(&self, op_id: &str, step: &str) {
         let mut done = self.inner.done.lock().expect("done lock");
         done.remove(&(op_id.to_owned(), step.to_owned()));
+        done.remove(&(op_id.to_owned(), ready_key(step)));
     }
 
     /// Forgets what every step of operation `op_id` did.
@@ -164,9 +170,18 @@ impl Engine {
             }
             self.remember_done(&r.op.id, &step.name, &resources);
         }
+        // What an earlier run of this step saw ready is not asked again (for as long as what it
+        // applied is trusted): the step waits for the rest.
+        let mut seen_ready = self.done_before(&r.op.id, &ready_key(&step.name));
         for resource in &resources {
+            if seen_ready.contains(resource) {
+                continue;
+            }
             match target.ready(resource, scope).await? {
-                Readiness::Ready => {}
+                Readiness::Ready => {
+                    seen_ready.push(resource.clone());
+                    self.remember_done(&r.op.id, &ready_key(&step.name), &seen_ready);
+                }
                 Readiness::Waiting(reason) if target.watches_readiness() => {
                     return Err(Halt::Watched(reason));
                 }

@@ -126,7 +126,8 @@ impl Kubernetes {
         let gone = found.metadata.deletion_timestamp.is_none()
             && self
                 .delete_and_check(&at, &ns, found.metadata.uid.clone(), false)
-                .await?;
+                .await?
+                .is_none();
         match gone {
             true => Ok(()),
             false => Err(TargetError::Unavailable(format!(

@@ -90,6 +90,23 @@ pub fn builtin(kind: &str, live: &Value) -> Result<Readiness, String> {
     Ok(Readiness::Ready)
 }
 
+/// Whether objects of `kind` are ready as soon as they exist: core kinds without a status
+/// their readiness depends on.
+pub fn without_status(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Secret"
+            | "ConfigMap"
+            | "Service"
+            | "ServiceAccount"
+            | "Role"
+            | "RoleBinding"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
+            | "NetworkPolicy"
+    )
+}
+
 /// The condition of `type` in `status.conditions`.
 fn condition<'a>(live: &'a Value, kind: &str) -> Option<&'a Value> {
     live["status"]["conditions"]
