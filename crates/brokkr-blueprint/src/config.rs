@@ -254,7 +254,7 @@ pub struct BindingBlueprint {
     pub credentials: Value,
 }
 
-/// An operation a step can take part in.
+/// An operation a step can take part in; the engine's operations are of these kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
@@ -272,12 +272,12 @@ pub enum Phase {
 
 impl Phase {
     /// Whether the phase removes what earlier phases created (deprovision, unbind). Teardown
-    /// phases run their steps in reverse order.
+    /// phases run their steps in reverse order, and never block on one step.
     pub fn is_teardown(self) -> bool {
         matches!(self, Self::Deprovision | Self::Unbind)
     }
 
-    /// The name used in configuration and logs.
+    /// The name used in configuration, logs and the store.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Provision => "provision",
@@ -286,6 +286,19 @@ impl Phase {
             Self::Bind => "bind",
             Self::Unbind => "unbind",
         }
+    }
+
+    /// Parses [`as_str`](Self::as_str)'s spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Provision,
+            Self::Update,
+            Self::Deprovision,
+            Self::Bind,
+            Self::Unbind,
+        ]
+        .into_iter()
+        .find(|phase| phase.as_str() == s)
     }
 }
 

@@ -5,7 +5,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use brokkr_blueprint::{Phase, PlanEntry, Step};
+use brokkr_blueprint::{PlanEntry, Step};
 use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Status};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{AsyncResponse, LastOperation};
@@ -46,11 +46,8 @@ pub(crate) fn op_plan(entry: Option<&PlanEntry>, kind: OpKind, steps: Steps) -> 
 /// The steps `entry`'s blueprint gives operations of `kind`, in order.
 fn configured_steps(entry: &PlanEntry, kind: OpKind) -> Vec<Step> {
     match kind {
-        OpKind::Provision => entry.instance_steps(Phase::Provision),
-        OpKind::Update => entry.instance_steps(Phase::Update),
-        OpKind::Deprovision => entry.instance_steps(Phase::Deprovision),
-        OpKind::Bind => entry.binding_steps(Phase::Bind),
-        OpKind::Unbind => entry.binding_steps(Phase::Unbind),
+        OpKind::Provision | OpKind::Update | OpKind::Deprovision => entry.instance_steps(kind),
+        OpKind::Bind | OpKind::Unbind => entry.binding_steps(kind),
     }
 }
 

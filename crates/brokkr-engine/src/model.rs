@@ -77,46 +77,8 @@ impl Status {
     }
 }
 
-/// The kind of an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OpKind {
-    /// Create an instance.
-    Provision,
-    /// Change an instance's plan, parameters or maintenance version.
-    Update,
-    /// Remove an instance and its bindings.
-    Deprovision,
-    /// Create a binding.
-    Bind,
-    /// Remove a binding.
-    Unbind,
-}
-
-impl OpKind {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Provision => "provision",
-            Self::Update => "update",
-            Self::Deprovision => "deprovision",
-            Self::Bind => "bind",
-            Self::Unbind => "unbind",
-        }
-    }
-
-    /// Parses the stored spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "provision" => Self::Provision,
-            "update" => Self::Update,
-            "deprovision" => Self::Deprovision,
-            "bind" => Self::Bind,
-            "unbind" => Self::Unbind,
-            _ => return None,
-        })
-    }
-}
+/// The kind of an operation: the blueprint phase whose steps it runs.
+pub use brokkr_blueprint::Phase as OpKind;
 
 /// What an operation will do, fixed when it starts: a later configuration change does not alter
 /// a running operation.

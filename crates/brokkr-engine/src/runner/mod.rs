@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::EngineMetrics;
-use crate::model::{Event, Key, OpKind};
+use crate::model::{Event, Key};
 use crate::step::StepKind;
 use crate::store::Store;
 
@@ -71,11 +71,6 @@ impl Default for EngineOptions {
             orphan_backoff_max: Duration::from_secs(3600),
         }
     }
-}
-
-/// Deprovision and unbind never block on one step.
-fn non_blocking(kind: OpKind) -> bool {
-    matches!(kind, OpKind::Deprovision | OpKind::Unbind)
 }
 
 /// Runs operations. Cheap to clone.

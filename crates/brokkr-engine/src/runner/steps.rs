@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::janitor::skipped_steps_mut;
-use super::{Engine, ms, non_blocking};
+use super::{Engine, ms};
 use crate::metrics::StepLabels;
 use crate::model::{Key, OpKind, Operation, Resource};
 use crate::now_ms;
@@ -116,7 +116,7 @@ impl Engine {
     ) -> Result<Next, StoreError> {
         let step = current(op);
         info!(step = %step.name, kind = op.kind.as_str(), "step finished");
-        if non_blocking(op.kind) {
+        if op.kind.is_teardown() {
             // Done at last, if an earlier deprovision or unbind left it behind.
             let (key, created) = (&resource.key, resource.created_at);
             (self.inner.store)
@@ -370,7 +370,7 @@ impl Engine {
 /// and unbind (which always have one) and fails other operations. The flag tells a step that
 /// deprovision or unbind skipped this way: it is left behind, unfinished.
 fn settle(kind: OpKind, step: &Step, outcome: Outcome, elapsed_ms: i64) -> (Outcome, bool) {
-    let teardown = non_blocking(kind);
+    let teardown = kind.is_teardown();
     let budget = match teardown {
         true => Some(step.budget.unwrap_or(DEFAULT_BUDGET)),
         false => step.budget,

@@ -11,7 +11,7 @@ use brokkr_blueprint::evaluate::EvaluationError;
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Map, Value};
 
-use super::{Engine, REDO_AFTER, non_blocking};
+use super::{Engine, REDO_AFTER};
 use crate::model::{OpKind, Resource};
 use crate::step::StepOutcome;
 use crate::store::StoreError;
@@ -134,7 +134,7 @@ impl Engine {
         let target = self.target(step, name, context).map_err(Halt::Fail)?;
         let resources = (evaluator.resources(&step.templates, context)).map_err(unrendered)?;
         let scope = &scope(r, step, context);
-        if non_blocking(kind) {
+        if kind.is_teardown() {
             // What an earlier run of this step deleted is gone: not asked again.
             let mut gone = self.done_before(&r.op.id, &step.name);
             if let Some(secret) = &step.secret {
