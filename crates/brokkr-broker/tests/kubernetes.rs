@@ -273,7 +273,11 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
             2,
             "reads: the owner check, then one per watch"
         );
-        assert_eq!(count(format!("GET {statefulset}?&watch=true")), 2, "watches");
+        assert_eq!(
+            count(format!("GET {statefulset}?&watch=true")),
+            2,
+            "watches"
+        );
         let services = format!("/api/v1/namespaces/{ns}/services");
         assert_eq!(named("PATCH", &services), 1);
         assert_eq!(named("GET", &services), 1, "the owner check only");
@@ -899,6 +903,7 @@ async fn real() -> (Cluster, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn manifests_postgres_lifecycle_on_a_cluster() {
+    let _turn = CLUSTER_TURN.lock().await;
     let (cluster, kubeconfig, ns) = real().await;
     let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["manifests.yaml"]).await;
     manifests_postgres(&cluster, &kubeconfig, &ns).await;
@@ -907,6 +912,7 @@ async fn manifests_postgres_lifecycle_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn a_per_instance_namespace_lives_as_long_as_its_instance_on_a_cluster() {
+    let _turn = CLUSTER_TURN.lock().await;
     let (cluster, kubeconfig, _) = real().await;
     let roles = ["manifests.yaml", "per-instance-namespaces.yaml"];
     let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &roles).await;
@@ -916,6 +922,7 @@ async fn a_per_instance_namespace_lives_as_long_as_its_instance_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn kubedb_postgres_lifecycle_on_a_cluster() {
+    let _turn = CLUSTER_TURN.lock().await;
     let (cluster, kubeconfig, ns) = real().await;
     // KubeDB's Postgres CRD with a minimal schema: anything in spec and status.
     let crd = json!({
@@ -1015,4 +1022,206 @@ blueprints:
     assert!(asked("first") >= 3, "`first` is looked at again");
     fake.set_finalizers("v1", "Secret", Some("team-a"), "first", &[]);
     ok(&broker.poll(&last, None).await);
+}
+
+/// One real-cluster test at a time in this binary: the request count reads the API server's
+/// own counters, which any other test's requests would move.
+static CLUSTER_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The API server's `apiserver_request_total`, summed by (verb, resource) over requests to
+/// the objects themselves (not their `status` or other subresources). The counters do not say
+/// who asked: besides brokkr, the API server reads the `kubernetes` Service every few seconds,
+/// and the garbage collector reads and patches an object deleted in the foreground. The
+/// assertions hold only what no one else does here.
+async fn requests_served(
+    client: &kube::Client,
+) -> std::collections::BTreeMap<(String, String), u64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split("\",")
+                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        if !label("subresource").is_empty() {
+            continue;
+        }
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        *counts
+            .entry((label("verb"), label("resource")))
+            .or_insert(0) += value as u64;
+    }
+    counts
+}
+
+/// What the API server served between two readings, as `VERB resource` → count.
+fn served_between(
+    before: &std::collections::BTreeMap<(String, String), u64>,
+    after: &std::collections::BTreeMap<(String, String), u64>,
+    resources: &[&str],
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|((_, resource), _)| resources.contains(&resource.as_str()))
+        .filter_map(|((verb, resource), n)| {
+            let d = n - before
+                .get(&(verb.clone(), resource.clone()))
+                .copied()
+                .unwrap_or(0);
+            (d > 0).then(|| (format!("{verb} {resource}"), d))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+async fn manifests_postgres_costs_the_api_server_one_request_per_object_and_phase() {
+    let _turn = CLUSTER_TURN.lock().await;
+    let (cluster, kubeconfig, ns) = real().await;
+    let Cluster::Real(client) = &cluster else {
+        unreachable!()
+    };
+    let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["manifests.yaml"]).await;
+    let broker = broker(MANIFESTS, &kubeconfig).await;
+    let watched = [
+        "secrets",
+        "services",
+        "statefulsets",
+        "persistentvolumeclaims",
+    ];
+    let id = uuid::Uuid::new_v4().to_string();
+    let name = object_name("pg", &id);
+    let instance = format!("/v2/service_instances/{id}");
+    let last = format!("{instance}/last_operation");
+    // Settles the counters: a watch is counted when it ends.
+    let settle = || tokio::time::sleep(Duration::from_secs(2));
+
+    // Provision: three objects, each checked to be brokkr's and applied once; the StatefulSet
+    // watched until its Pod is ready (the test sets the Pod's status; the controller-manager
+    // then sets the StatefulSet's), and that is seen within 2 s.
+    let start = requests_served(client).await;
+    let r = broker
+        .put(
+            &format!("{instance}?accepts_incomplete=true"),
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG,
+                "plan_id": PG_SMALL, "context": {"platform": "kubernetes", "namespace": ns}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pod = format!("{name}-0");
+    eventually(|| async { cluster.get("v1", "Pod", &ns, &pod).await }).await;
+    let now = "2026-01-01T00:00:00Z";
+    let flipped = std::time::Instant::now();
+    cluster
+        .set_status(
+            "v1",
+            "Pod",
+            &ns,
+            &pod,
+            json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}),
+        )
+        .await;
+    ok(&broker.poll(&last, None).await);
+    let seen = flipped.elapsed();
+    settle().await;
+    let provisioned = requests_served(client).await;
+    let provision = served_between(&start, &provisioned, &watched);
+    eprintln!("provision: {provision:?}, readiness seen after {seen:?}");
+    assert!(
+        seen < Duration::from_secs(2),
+        "readiness seen after {seen:?}"
+    );
+    // Services are also read by the API server itself (its `kubernetes` Service), so their
+    // reads are not counted.
+    let expected = [
+        ("APPLY secrets", 1),
+        ("APPLY services", 1),
+        ("APPLY statefulsets", 1),
+        ("GET secrets", 1),
+        ("GET statefulsets", 1),
+        ("WATCH statefulsets", 1),
+    ];
+    for (request, n) in expected {
+        assert_eq!(provision.get(request), Some(&n), "{request}: {provision:?}");
+    }
+
+    // Bind and unbind: the binding Secret applied once; then read (is it brokkr's?) and
+    // deleted once.
+    let b = uuid::Uuid::new_v4().to_string();
+    let binding = format!("{instance}/service_bindings/{b}");
+    let r = broker
+        .put(
+            &format!("{binding}?accepts_incomplete=true"),
+            json!({"service_id": PG, "plan_id": PG_SMALL}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    settle().await;
+    let bound = requests_served(client).await;
+    let bind = served_between(&provisioned, &bound, &watched);
+    eprintln!("bind: {bind:?}");
+    // The Secret checked to be brokkr's, then applied.
+    assert_eq!(bind.get("GET secrets"), Some(&1), "{bind:?}");
+    assert_eq!(bind.get("APPLY secrets"), Some(&1), "{bind:?}");
+    let r = broker
+        .delete(&format!(
+            "{binding}?accepts_incomplete=true&service_id={PG}&plan_id={PG_SMALL}"
+        ))
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    settle().await;
+    let unbound = requests_served(client).await;
+    let unbind = served_between(&bound, &unbound, &watched);
+    eprintln!("unbind: {unbind:?}");
+    assert_eq!(unbind.get("GET secrets"), Some(&1), "{unbind:?}");
+    assert_eq!(unbind.get("DELETE secrets"), Some(&1), "{unbind:?}");
+
+    // Deprovision: each object read (is it brokkr's?) and deleted once, the StatefulSet
+    // watched until it is gone, its claim listed once and deleted once.
+    let r = broker
+        .delete(&format!(
+            "{instance}?accepts_incomplete=true&service_id={PG}&plan_id={PG_SMALL}"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    ok(&broker.poll(&last, None).await);
+    settle().await;
+    let deprovision = served_between(&unbound, &requests_served(client).await, &watched);
+    eprintln!("deprovision: {deprovision:?}");
+    // The StatefulSet, deleted in the foreground, is also read and patched by the garbage
+    // collector (its `foregroundDeletion` finalizer), so its reads are not counted.
+    let expected = [
+        ("DELETE secrets", 1),
+        ("DELETE services", 1),
+        ("DELETE statefulsets", 1),
+        ("GET secrets", 1),
+        ("LIST persistentvolumeclaims", 1),
+        ("DELETE persistentvolumeclaims", 1),
+    ];
+    for (request, n) in expected {
+        assert_eq!(
+            deprovision.get(request),
+            Some(&n),
+            "{request}: {deprovision:?}"
+        );
+    }
 }

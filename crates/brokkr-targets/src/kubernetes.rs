@@ -661,7 +661,10 @@ impl Target for Kubernetes {
             info!(target = %self.name, claim = r.name(), "PersistentVolumeClaim retained");
             return Ok(());
         }
-        if let Some(going) = self.delete_own(&at, r.name(), scope, true).await?
+        // Dependents first (a StatefulSet's Pods), except for kinds that have none worth
+        // waiting for: those go at once, and the garbage collector has nothing to track.
+        let foreground = !readiness::without_status(&r.kind);
+        if let Some(going) = self.delete_own(&at, r.name(), scope, foreground).await?
             && !watch::await_gone(&at.api, &going, self.watch_for).await
         {
             return Err(TargetError::Unavailable(format!(
