@@ -587,6 +587,7 @@ async fn fetch(State(broker): State<AppState>, Path(instance_id): Path<String>) 
             .and_then(|p| p.as_object().cloned()),
         maintenance_info,
         metadata: None,
+        instance_usable: broker.engine.targets().instance_usable(&instance_id),
     };
     Ok(json_response(StatusCode::OK, &body))
 }
@@ -603,7 +604,8 @@ async fn last_operation(
         .store()
         .get_status(&Key::instance(&instance_id))
         .await?;
-    poll_response(r, query.get("operation"), || {
+    let usable = broker.engine.targets().instance_usable(&instance_id);
+    poll_response(r, query.get("operation"), usable, || {
         format!("instance {instance_id} does not exist")
     })
 }

@@ -30,6 +30,7 @@ use serde_json::{Map, Value, json};
 
 mod admin_url;
 pub mod kubernetes;
+pub mod local;
 pub mod mysql;
 mod owner;
 pub mod postgres;
@@ -147,6 +148,15 @@ pub trait Target: Send + Sync {
         let _ = scope;
         Ok(())
     }
+    /// Whether the instance's resources here are usable right now (a server that brokkr runs
+    /// and that is down is not); `None` when the target does not know.
+    fn instance_usable(&self, instance_id: &str) -> Option<bool> {
+        let _ = instance_id;
+        None
+    }
+    /// Called once when the broker stops: a target that runs processes stops them (or not, as
+    /// its configuration says).
+    async fn shutdown(&self) {}
 }
 
 /// The targets of a configuration, by name, with the facts templates see about them.
@@ -163,7 +173,11 @@ impl Targets {
     /// file) and prepares a connection pool that connects on first use, so a server that is
     /// down does not stop the broker from starting.
     /// Every target whose admin URL cannot be read is named in one error.
-    pub fn from_config(config: &BTreeMap<String, TargetConfig>) -> Result<Self, TargetError> {
+    /// A `local` target without `root` keeps its servers in `default_root`.
+    pub fn from_config(
+        config: &BTreeMap<String, TargetConfig>,
+        default_root: &std::path::Path,
+    ) -> Result<Self, TargetError> {
         let unreadable: Vec<String> = unreadable_admin_urls(config)
             .into_iter()
             .map(|(_, problem)| problem)
@@ -184,6 +198,15 @@ impl Targets {
                     Arc::new(kubernetes::Kubernetes::new(name, target)),
                     kubernetes::facts(target),
                 ),
+                TargetKind::Local => {
+                    let root = target.root.as_ref().map(std::path::PathBuf::from);
+                    let root = root.unwrap_or_else(|| default_root.to_owned());
+                    let local = local::Local::new(name, target, root)?;
+                    (
+                        Arc::new(local),
+                        json!({"kind": "local", "host": "127.0.0.1"}),
+                    )
+                }
                 _ => {
                     let url = AdminUrl::resolve(name, target)?;
                     (build(name, target, &url)?, facts(target, &url))
@@ -217,6 +240,22 @@ impl Targets {
         build(name, config, &url)
     }
 
+    /// Whether the instance's resources are usable, as the targets that know say (a server a
+    /// `local` target runs that is down: `Some(false)`); `None` when none knows.
+    pub fn instance_usable(&self, instance_id: &str) -> Option<bool> {
+        self.targets
+            .values()
+            .filter_map(|t| t.instance_usable(instance_id))
+            .reduce(|a, b| a && b)
+    }
+
+    /// Stops what targets run (the servers of `local` targets, unless they keep running).
+    pub async fn shutdown(&self) {
+        for target in self.targets.values() {
+            target.shutdown().await;
+        }
+    }
+
     /// `targets` in templates: for each target, `kind`, `host` and `port`.
     pub fn facts(&self) -> Value {
         Value::Object(self.facts.clone())
@@ -229,7 +268,8 @@ impl Targets {
 pub fn unreadable_admin_urls(config: &BTreeMap<String, TargetConfig>) -> Vec<(&str, String)> {
     config
         .iter()
-        .filter(|(_, t)| t.kind != TargetKind::Kubernetes && !t.servers_per_step())
+        .filter(|(_, t)| !matches!(t.kind, TargetKind::Kubernetes | TargetKind::Local))
+        .filter(|(_, t)| !t.servers_per_step())
         .filter_map(|(name, target)| {
             let problem = AdminUrl::resolve(name, target).err()?;
             Some((name.as_str(), problem.to_string()))
@@ -248,9 +288,9 @@ fn build(
         TargetKind::Postgres => Arc::new(postgres::Postgres::new(name, url, timeout)?),
         TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, url, timeout)?),
         TargetKind::Redis => Arc::new(redis::Redis::new(name, url, timeout)?),
-        TargetKind::Kubernetes => {
+        TargetKind::Kubernetes | TargetKind::Local => {
             return Err(TargetError::Invalid(format!(
-                "target {name}: a cluster is reached through its kubeconfig, not an admin URL"
+                "target {name}: only a postgres, mysql or redis target has an admin URL"
             )));
         }
     })
@@ -272,6 +312,9 @@ pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
     if target.kind == TargetKind::Kubernetes {
         return kubernetes::facts(target);
     }
+    if target.kind == TargetKind::Local {
+        return json!({"kind": "local", "host": "127.0.0.1"});
+    }
     if target.servers_per_step() {
         return json!({"kind": target.kind.as_str()});
     }
@@ -283,6 +326,7 @@ pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
         TargetKind::Mysql => 3306,
         TargetKind::Redis => 6379,
         TargetKind::Kubernetes => 443,
+        TargetKind::Local => unreachable!("answered above"),
     };
     json!({
         "kind": target.kind.as_str(),

@@ -516,6 +516,9 @@ blueprints:
             context: None,
             namespace: None,
             pvc_policy: None,
+            root: None,
+            keep_running: None,
+            run_as: None,
         };
         let targets = [
             (
