@@ -154,6 +154,13 @@ pub trait Target: Send + Sync {
         let _ = instance_id;
         None
     }
+    /// Why this target cannot make what `template` (a step's template as written, before it is
+    /// rendered) describes on this machine, known without trying (a program that is not
+    /// installed); `None` when nothing is known against it. Provision refuses such a plan.
+    fn cannot_make(&self, template: &Value) -> Option<String> {
+        let _ = template;
+        None
+    }
     /// Called once when the broker stops: a target that runs processes stops them (or not, as
     /// its configuration says).
     async fn shutdown(&self) {}
@@ -247,6 +254,12 @@ impl Targets {
             .values()
             .filter_map(|t| t.instance_usable(instance_id))
             .reduce(|a, b| a && b)
+    }
+
+    /// Why `step_target` cannot make one of `templates` here (see [`Target::cannot_make`]).
+    pub fn cannot_make(&self, step_target: &str, templates: &[Value]) -> Option<String> {
+        let target = self.targets.get(step_target)?;
+        templates.iter().find_map(|t| target.cannot_make(t))
     }
 
     /// Stops what targets run (the servers of `local` targets, unless they keep running).

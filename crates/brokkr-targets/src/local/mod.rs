@@ -69,6 +69,9 @@ pub struct Local {
     name: String,
     supervisor: Arc<Supervisor>,
     keep_running: bool,
+    /// Why no server can run here (the servers' account cannot reach `root`): provisions are
+    /// refused with it, so the rest of the broker still serves.
+    unusable: Option<String>,
 }
 
 impl Local {
@@ -77,29 +80,17 @@ impl Local {
     pub fn new(name: &str, config: &TargetConfig, root: PathBuf) -> Result<Self, TargetError> {
         let invalid = |m: String| TargetError::Invalid(format!("target {name}: {m}"));
         let account = Account::for_servers(config.run_as.as_deref()).map_err(invalid)?;
-        std::fs::create_dir_all(&root)
-            .map_err(|e| invalid(format!("cannot create {}: {e}", root.display())))?;
-        if account.is_some() {
-            use std::os::unix::fs::PermissionsExt;
-            // The servers' account must reach its data directories below the root.
-            let _ = std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711));
-            let root = std::fs::canonicalize(&root).unwrap_or(root.clone());
-            if let Some(closed) = root.ancestors().find(|dir| {
-                std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
-            }) {
-                return Err(invalid(format!(
-                    "servers run as an unprivileged account (brokkr runs as root), which cannot \
-                     pass through {}: choose a `root` below directories others may enter",
-                    closed.display()
-                )));
-            }
-        }
+        let unusable = prepare_root(&root, account.is_some()).err();
         let supervisor = Arc::new(Supervisor::new(root, account));
-        supervisor.adopt_all();
+        match &unusable {
+            None => supervisor.adopt_all(),
+            Some(reason) => tracing::warn!(target = name, %reason, "local servers cannot run"),
+        }
         Ok(Self {
             name: name.to_owned(),
             supervisor,
             keep_running: config.keep_running.unwrap_or(false),
+            unusable: unusable.map(|reason| format!("target {name}: {reason}")),
         })
     }
 
@@ -143,6 +134,28 @@ impl Local {
     }
 }
 
+/// Creates `root`; when servers run as another account (brokkr is root), checks that the
+/// account can pass through every directory above it.
+fn prepare_root(root: &std::path::Path, other_account: bool) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    if !other_account {
+        return Ok(());
+    }
+    let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
+    let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    match root.ancestors().find(|dir| {
+        std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
+    }) {
+        Some(closed) => Err(format!(
+            "servers run as an unprivileged account (brokkr runs as root), which cannot pass \
+             through {}: set the target's `root` below directories others may enter",
+            closed.display()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A free TCP port on 127.0.0.1 right now.
 fn free_port() -> Result<u16, TargetError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
@@ -177,6 +190,9 @@ fn password() -> Result<String, TargetError> {
 impl Target for Local {
     async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
         let (engine, name, limits) = self.resource(resource)?;
+        if let Some(reason) = &self.unusable {
+            return Err(TargetError::Invalid(reason.clone()));
+        }
         if let Some(server) = self.supervisor.get(&name) {
             let saved = server.saved();
             if saved.instance_id != scope.instance_id || saved.engine != engine {
@@ -265,6 +281,22 @@ impl Target for Local {
 
     fn instance_usable(&self, instance_id: &str) -> Option<bool> {
         Local::instance_usable(self, instance_id)
+    }
+
+    fn cannot_make(&self, template: &Value) -> Option<String> {
+        if template["kind"] != "Server" {
+            return None;
+        }
+        if let Some(reason) = &self.unusable {
+            return Some(reason.clone());
+        }
+        let engine: Engine = serde_json::from_value(template["engine"].clone()).ok()?;
+        let missing = engine.binaries().err()?;
+        Some(format!(
+            "this plan needs {missing}, which is not installed on the broker's machine: \
+             install the Debian package {}",
+            engine.package()
+        ))
     }
 
     async fn shutdown(&self) {

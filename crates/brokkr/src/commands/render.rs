@@ -19,7 +19,7 @@ const SECRET_ENTRIES: &[&str] = &["password", "private-key"];
 
 #[derive(Args)]
 pub struct RenderArgs {
-    /// Configuration file or directory (default: the built-in quickstart).
+    /// Configuration file or directory (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<PathBuf>,
     /// The service offering, by name or id.

@@ -24,7 +24,7 @@ pub const GENERATED_PASSWORD_SETTING: &str = "broker.generated_password_sha256";
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Configuration file or directory (default: the built-in quickstart catalog).
+    /// Configuration file or directory (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<std::path::PathBuf>,
     /// Address to listen on [default: broker.listen, else 127.0.0.1:8080].
