@@ -225,6 +225,11 @@ pub async fn start_with_steps(
 }
 
 impl TestBroker {
+    /// Where the broker's `local` targets keep their servers.
+    pub fn local_root(&self) -> std::path::PathBuf {
+        self.store.local_root()
+    }
+
     /// Every byte the store holds about resources: the SQLite files, or the PostgreSQL rows.
     pub async fn store_contents(&self) -> Vec<u8> {
         self.store.contents().await

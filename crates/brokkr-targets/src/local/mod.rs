@@ -144,9 +144,10 @@ fn prepare_root(root: &std::path::Path, other_account: bool) -> Result<(), Strin
     }
     let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
     let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    match root.ancestors().find(|dir| {
-        std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
-    }) {
+    match root
+        .ancestors()
+        .find(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+    {
         Some(closed) => Err(format!(
             "servers run as an unprivileged account (brokkr runs as root), which cannot pass \
              through {}: set the target's `root` below directories others may enter",

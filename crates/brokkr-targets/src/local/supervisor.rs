@@ -437,6 +437,9 @@ async fn supervise(server: Arc<Server>) {
                     warn!(server = %server.name, "local server exited; starting it again");
                 }
                 if Instant::now() >= next_start {
+                    if let Some(pid) = server.saved().pid {
+                        kill_leftovers(pid, &server.data());
+                    }
                     if process
                         .started
                         .is_some_and(|at| at.elapsed() > Duration::from_secs(30))
@@ -470,6 +473,33 @@ fn is_ours(pid: u32, data: &Path) -> bool {
         })
         .unwrap_or(true);
     !zombie && std::fs::read_link(proc.join("cwd")).is_ok_and(|cwd| cwd == data)
+}
+
+/// Kills what is left of a server whose main process died: the processes of its process group
+/// (the group brokkr started it in) that still work in its `data/` (PostgreSQL's backends, which
+/// keep the old shared memory and stop a new server from starting until they exit).
+fn kill_leftovers(pgid: u32, data: &Path) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // After the command's `)`: state, ppid, pgrp.
+        let pgrp = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(2));
+        if pgrp == Some(pgid.to_string().as_str()) && is_ours(pid, data) {
+            send(pid, Signal::KILL);
+        }
+    }
 }
 
 fn send(pid: u32, signal: Signal) {

@@ -37,7 +37,8 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         for (engine, found) in brokkr_targets::local::programs_report() {
             match found {
                 Ok(paths) => {
-                    let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                    let paths: Vec<String> =
+                        paths.iter().map(|p| p.display().to_string()).collect();
                     println!("local {}: {}", engine.as_str(), paths.join(", "));
                 }
                 Err(missing) => println!("local {}: {missing}", engine.as_str()),
