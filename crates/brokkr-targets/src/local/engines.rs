@@ -335,12 +335,11 @@ impl Engine {
     }
 }
 
-/// A SQL error without the URL (which holds the password).
+/// What went wrong with a probe's SQL connection (sqlx's errors name no URL or password).
 fn sql_error(e: sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(e) => e.message().to_owned(),
-        sqlx::Error::Io(e) => e.to_string(),
-        e => format!("{}", e).replace(|c: char| c == '@', " "),
+        e => e.to_string(),
     }
 }
 
