@@ -209,10 +209,7 @@ impl Targets {
                     let root = target.root.as_ref().map(std::path::PathBuf::from);
                     let root = root.unwrap_or_else(|| default_root.to_owned());
                     let local = local::Local::new(name, target, root)?;
-                    (
-                        Arc::new(local),
-                        json!({"kind": "local", "host": "127.0.0.1"}),
-                    )
+                    (Arc::new(local), local_facts())
                 }
                 _ => {
                     let url = AdminUrl::resolve(name, target)?;
@@ -325,9 +322,6 @@ pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
     if target.kind == TargetKind::Kubernetes {
         return kubernetes::facts(target);
     }
-    if target.kind == TargetKind::Local {
-        return json!({"kind": "local", "host": "127.0.0.1"});
-    }
     if target.servers_per_step() {
         return json!({"kind": target.kind.as_str()});
     }
@@ -339,13 +333,19 @@ pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
         TargetKind::Mysql => 3306,
         TargetKind::Redis => 6379,
         TargetKind::Kubernetes => 443,
-        TargetKind::Local => unreachable!("answered above"),
+        TargetKind::Local => return local_facts(),
     };
     json!({
         "kind": target.kind.as_str(),
         "host": target.host.clone().unwrap_or_else(|| format!("{name}.invalid")),
         "port": target.port.unwrap_or(port),
     })
+}
+
+/// What templates see about a `local` target: its servers listen on 127.0.0.1 (each on a port
+/// of its own, which a step reads).
+fn local_facts() -> Value {
+    json!({"kind": "local", "host": "127.0.0.1"})
 }
 
 /// Parses a resource into `T`, naming the target and the resource's kind on failure.

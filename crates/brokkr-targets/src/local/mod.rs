@@ -232,7 +232,7 @@ impl Target for Local {
         {
             return Ok(()); // not this instance's: left alone
         }
-        (self.supervisor.remove(&name).await).map_err(|m| TargetError::Unavailable(m))
+        (self.supervisor.remove(&name).await).map_err(TargetError::Unavailable)
     }
 
     async fn ready(&self, resource: &Value, _: &Scope<'_>) -> Result<Readiness, TargetError> {
