@@ -2,9 +2,9 @@
 //! `local` target runs from the programs installed here (scripts/test installs them): for each
 //! of PostgreSQL, MariaDB, Redis and Memcached, provision, two bindings that read each other's
 //! data with their own credentials, unbind revoking one, deprovision removing the process and
-//! the directory. Also: a server killed with `kill -9` is restarted, the instance reported not
-//! usable until it answers again, its data intact; an update to another plan restarts the server
-//! with the plan's limits, data kept.
+//! the directory. Also: a PostgreSQL and a Redis server killed with `kill -9` are restarted, the
+//! instance reported not usable until it answers again, its data intact; an update to another
+//! plan restarts the server with the plan's limits, data kept.
 //!
 //! Every server a test starts is killed when the test ends, even when it fails.
 
@@ -174,6 +174,30 @@ impl Local {
         assert!(!dir.exists(), "{} is still there", dir.display());
     }
 
+    /// Kills the instance's server with `kill -9` (only its main process: what a crash leaves)
+    /// and waits until `last_operation` says `instance_usable` false, then true again, with a
+    /// new process.
+    async fn kill_and_wait_back(&self, id: &str) {
+        let (_, pid) = self.server(id);
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen_down = false;
+        loop {
+            assert!(Instant::now() < deadline, "the server did not come back");
+            match self.usable(id).await {
+                Value::Bool(false) => seen_down = true,
+                Value::Bool(true) if seen_down => break,
+                _ => {}
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (_, restarted) = self.server(id);
+        assert_ne!(restarted, pid);
+    }
+
     async fn usable(&self, id: &str) -> Value {
         let r = (self.broker)
             .get(&format!("/v2/service_instances/{id}/last_operation"))
@@ -208,7 +232,8 @@ async fn memcached(credentials: &Value, command: &str) -> String {
 }
 
 #[tokio::test]
-async fn postgresql_bindings_share_the_database_and_an_update_restarts_with_the_new_limits() {
+async fn postgresql_bindings_share_the_database_an_update_restarts_with_new_limits_and_a_kill_is_survived()
+ {
     let t = local().await;
     let id = "pg-e2e";
     t.provision(PG, id).await;
@@ -271,6 +296,16 @@ async fn postgresql_bindings_share_the_database_and_an_update_restarts_with_the_
     assert_eq!(count, 2);
     drop(ca);
 
+    // kill -9 of the postmaster: restarted (its orphaned backends killed first), data intact.
+    t.kill_and_wait_back(id).await;
+    let mut cb = pg(&b).await.unwrap();
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM notes")
+        .fetch_one(&mut cb)
+        .await
+        .unwrap();
+    assert_eq!(count, 2);
+    drop(cb);
+
     t.unbind(PG, id, "a").await;
     assert!(pg(&a).await.is_err(), "an unbound role can still log in");
     pg(&b).await.expect("the other binding still logs in");
@@ -330,21 +365,7 @@ async fn redis_bindings_share_the_keys_and_a_killed_server_comes_back_with_them(
     assert_eq!(text, "from a");
 
     // kill -9 of the server: not usable, then restarted with its data and its ACL users.
-    let (_, pid) = t.server(id);
-    kill_group(pid);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen_down = false;
-    loop {
-        assert!(Instant::now() < deadline, "the server did not come back");
-        match t.usable(id).await {
-            Value::Bool(false) => seen_down = true,
-            Value::Bool(true) if seen_down => break,
-            _ => {}
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (_, restarted) = t.server(id);
-    assert_ne!(restarted, pid);
+    t.kill_and_wait_back(id).await;
     let fetched = t.broker.get(&format!("/v2/service_instances/{id}")).await;
     assert_eq!(fetched.body["instance_usable"], true, "{:?}", fetched.body);
     let mut cb = redis(&b)

@@ -45,6 +45,11 @@ struct Broker {
 
 impl Broker {
     async fn start(dir: &Path, path_env: Option<&str>) -> Self {
+        Self::start_with(dir, path_env, None).await
+    }
+
+    /// Starts `brokkr serve` on `config`, or the built-in configuration when `None`.
+    async fn start_with(dir: &Path, path_env: Option<&str>, config: Option<&Path>) -> Self {
         let port = free_port();
         let mut cmd = Command::new(BIN);
         cmd.env_remove("BROKKR_CONFIG")
@@ -64,6 +69,9 @@ impl Broker {
             .stderr(std::fs::File::create(dir.join(format!("brokkr-{port}.log"))).unwrap());
         if let Some(path) = path_env {
             cmd.env("PATH", path);
+        }
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
         }
         let base = format!("http://127.0.0.1:{port}");
         // Building brokkr's OSB client installs the process's TLS provider, which a plain
@@ -350,4 +358,46 @@ async fn a_plan_whose_program_is_missing_is_refused_naming_the_debian_package() 
         StatusCode::NOT_FOUND,
         "a refused provision left an instance"
     );
+}
+
+#[tokio::test]
+async fn with_keep_running_servers_outlive_a_graceful_stop_and_are_adopted() {
+    let dir = test_dir();
+    let servers = Servers(dir.path().join("brokkr.db.d"));
+    let local = include_str!("../../../catalogs/local/local.yaml");
+    assert!(local.contains("local: {kind: local}"));
+    let config = dir.path().join("local.yaml");
+    let yaml = local.replace(
+        "local: {kind: local}",
+        "local: {kind: local, keep_running: true}",
+    );
+    std::fs::write(&config, yaml).unwrap();
+
+    let mut broker = Broker::start_with(dir.path(), None, Some(&config)).await;
+    let body = json!({"service_id": REDIS.0, "plan_id": REDIS.1, "organization_guid": "o", "space_guid": "s"});
+    let (status, body) = (broker)
+        .call(
+            reqwest::Method::PUT,
+            "/v2/service_instances/kept?accepts_incomplete=true",
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let done = broker
+        .wait_done("/v2/service_instances/kept/last_operation")
+        .await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let before = servers.pids();
+    broker.terminate();
+    assert!(
+        alive(before[0].1),
+        "the server stopped with brokkr despite keep_running"
+    );
+
+    let broker = Broker::start_with(dir.path(), None, Some(&config)).await;
+    let done = broker
+        .wait_done("/v2/service_instances/kept/last_operation")
+        .await;
+    assert_eq!(done["instance_usable"], true, "{done}");
+    assert_eq!(servers.pids(), before, "the running server was not adopted");
 }
