@@ -49,10 +49,11 @@ impl Validator {
                 ("context", target.context.is_some()),
                 ("namespace", target.namespace.is_some()),
                 ("pvc_policy", target.pvc_policy.is_some()),
+                ("timeout", target.timeout.is_some()),
             ];
             self.refuse_fields(file, &at, &fields, |_| {
                 "a local target runs its servers itself, on loopback ports it picks; it takes \
-                 `root`, `keep_running`, `run_as` and `timeout`"
+                 `root`, `keep_running` and `run_as`"
                     .into()
             });
             return;
