@@ -10,7 +10,8 @@
 //! (Redis 6+ ACLs). Each quotes every identifier and literal it sends by construction and
 //! refuses names its server would truncate or misread; admin credentials come from an
 //! environment variable or a file and never appear in errors or logs. [`kubernetes`] applies
-//! resources as objects of a cluster.
+//! resources as objects of a cluster. [`local`] runs a database server per instance on this
+//! machine, supervised, whose databases and users the shared-server targets then make.
 //!
 //! [`Targets`] builds the targets a configuration declares and the facts templates see about
 //! them (`targets.NAME.host`, `targets.NAME.port`, `targets.NAME.kind`).

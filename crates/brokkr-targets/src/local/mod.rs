@@ -323,3 +323,30 @@ pub fn programs_report() -> Vec<(Engine, Result<Vec<PathBuf>, String>)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_another_account_cannot_reach_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let closed = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let root = closed.path().join("servers");
+        let e = prepare_root(&root, true).unwrap_err();
+        assert!(e.contains(&closed.path().display().to_string()), "{e}");
+        // brokkr's own account needs no way through for others.
+        prepare_root(&root, false).unwrap();
+        std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        prepare_root(&root, true).unwrap();
+    }
+
+    #[test]
+    fn passwords_are_32_letters_and_digits_and_differ() {
+        let (a, b) = (password().unwrap(), password().unwrap());
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, b);
+    }
+}
