@@ -209,7 +209,7 @@ impl Targets {
                 TargetKind::Local => {
                     let root = target.root.as_ref().map(std::path::PathBuf::from);
                     let root = root.unwrap_or_else(|| default_root.to_owned());
-                    let local = local::Local::new(name, target, root)?;
+                    let local = local::Local::new(name, target, root);
                     (Arc::new(local), local_facts())
                 }
                 _ => {

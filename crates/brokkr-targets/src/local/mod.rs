@@ -76,22 +76,27 @@ pub struct Local {
 
 impl Local {
     /// Builds the target with servers under `root`, and adopts (or starts again) every server
-    /// found there. Needs a Tokio runtime: each server is watched by a task.
-    pub fn new(name: &str, config: &TargetConfig, root: PathBuf) -> Result<Self, TargetError> {
-        let invalid = |m: String| TargetError::Invalid(format!("target {name}: {m}"));
-        let account = Account::for_servers(config.run_as.as_deref()).map_err(invalid)?;
-        let unusable = prepare_root(&root, account.is_some()).err();
+    /// found there. Needs a Tokio runtime: each server is watched by a task. When no server can
+    /// run here (no unprivileged account, a `root` it cannot reach or create), the target is
+    /// still built, so the broker serves its other plans, and refuses provisions with the reason.
+    pub fn new(name: &str, config: &TargetConfig, root: PathBuf) -> Self {
+        let account = Account::for_servers(config.run_as.as_deref());
+        let unusable = match &account {
+            Ok(account) => prepare_root(&root, account.is_some()).err(),
+            Err(reason) => Some(reason.clone()),
+        };
+        let account = account.unwrap_or_default();
         let supervisor = Arc::new(Supervisor::new(root, account));
         match &unusable {
             None => supervisor.adopt_all(),
             Some(reason) => tracing::warn!(target = name, %reason, "local servers cannot run"),
         }
-        Ok(Self {
+        Self {
             name: name.to_owned(),
             supervisor,
             keep_running: config.keep_running.unwrap_or(false),
             unusable: unusable.map(|reason| format!("target {name}: {reason}")),
-        })
+        }
     }
 
     fn resource(&self, resource: &Value) -> Result<(Engine, String, Limits), TargetError> {
