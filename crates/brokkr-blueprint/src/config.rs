@@ -45,6 +45,8 @@ pub enum TargetKind {
     Redis,
     /// A Kubernetes cluster: any object, applied server-side.
     Kubernetes,
+    /// Database servers brokkr runs itself on this machine, one per instance.
+    Local,
 }
 
 impl TargetKind {
@@ -55,6 +57,7 @@ impl TargetKind {
             Self::Mysql => "mysql",
             Self::Redis => "redis",
             Self::Kubernetes => "kubernetes",
+            Self::Local => "local",
         }
     }
 }
@@ -100,13 +103,27 @@ pub struct TargetConfig {
     /// `delete`); an object's annotation `brokkr.dev/pvc-policy` overrides it per plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_policy: Option<PvcPolicy>,
+    /// `local`: the directory holding a directory per server (default: beside a SQLite store,
+    /// `<store>.d/`, else `brokkr.db.d/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// `local`: whether servers keep running when `brokkr serve` stops (default `false`: they
+    /// are stopped, and started again on the next start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_running: Option<bool>,
+    /// `local`: the account servers run as when brokkr runs as root (default `nobody`);
+    /// ignored otherwise (servers run as brokkr's own user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
 }
 
 impl TargetConfig {
     /// Whether the target administers servers that steps name (`server:`), because it has no
     /// admin URL of its own.
     pub fn servers_per_step(&self) -> bool {
-        self.kind != TargetKind::Kubernetes && self.url_env.is_none() && self.url_file.is_none()
+        !matches!(self.kind, TargetKind::Kubernetes | TargetKind::Local)
+            && self.url_env.is_none()
+            && self.url_file.is_none()
     }
 }
 

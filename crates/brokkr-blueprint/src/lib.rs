@@ -33,5 +33,10 @@ pub use config::{
 pub use error::{ConfigError, ConfigErrors};
 pub use index::{Config, PlanEntry};
 
-/// The built-in quickstart configuration served by `brokkr serve` when no `--config` is given.
+/// The built-in quickstart configuration, served by `brokkr serve` (with [`LOCAL`]) when no
+/// `--config` is given.
 pub const QUICKSTART: &str = include_str!("../../../catalogs/quickstart/quickstart.yaml");
+
+/// The built-in local catalog (a database server per instance, run by brokkr on its machine),
+/// served by `brokkr serve` with the quickstart when no `--config` is given.
+pub const LOCAL: &str = include_str!("../../../catalogs/local/local.yaml");

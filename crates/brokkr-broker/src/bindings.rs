@@ -415,7 +415,7 @@ async fn last_operation(
         .store()
         .get_status(&Key::binding(&instance_id, &binding_id))
         .await?;
-    poll_response(r, query.get("operation"), || {
+    poll_response(r, query.get("operation"), None, || {
         format!("binding {binding_id} does not exist")
     })
 }

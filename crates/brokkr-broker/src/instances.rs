@@ -132,6 +132,19 @@ fn check_credentials_possible(
 
 /// OSB 2.17 requires `organization_guid` and `space_guid` in a provision (deprecated in favour
 /// of `context`, but REQUIRED); missing ones are a 400 unless the broker is told to accept them.
+/// Refuses a plan whose steps need what a target knows is missing here (a `local` target's
+/// server program that is not installed), naming what to install.
+fn check_programs(broker: &Broker, resource: &Resource) -> Result<(), ApiError> {
+    let targets = broker.engine.targets();
+    let missing = (resource.op.plan.steps.iter())
+        .filter_map(|step| Some((step.target.as_deref()?, &step.templates)))
+        .find_map(|(target, templates)| targets.cannot_make(target, templates));
+    match missing {
+        Some(reason) => Err(ApiError::bad_request(reason)),
+        None => Ok(()),
+    }
+}
+
 fn check_guids(broker: &Broker, req: &ProvisionRequest) -> Result<(), ApiError> {
     if broker.config().broker.accept_provision_without_guids {
         return Ok(());
@@ -210,6 +223,7 @@ async fn provision(
                 .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
             resource.outputs = json!({ "registry": registry });
             check_credentials_possible(&broker, entry, &resource)?;
+            check_programs(&broker, &resource)?;
             if needs_async && !accepts_incomplete {
                 return Err(ApiError::async_required());
             }
@@ -587,6 +601,7 @@ async fn fetch(State(broker): State<AppState>, Path(instance_id): Path<String>) 
             .and_then(|p| p.as_object().cloned()),
         maintenance_info,
         metadata: None,
+        instance_usable: broker.engine.targets().instance_usable(&instance_id),
     };
     Ok(json_response(StatusCode::OK, &body))
 }
@@ -603,7 +618,8 @@ async fn last_operation(
         .store()
         .get_status(&Key::instance(&instance_id))
         .await?;
-    poll_response(r, query.get("operation"), || {
+    let usable = broker.engine.targets().instance_usable(&instance_id);
+    poll_response(r, query.get("operation"), usable, || {
         format!("instance {instance_id} does not exist")
     })
 }

@@ -135,10 +135,12 @@ pub(crate) fn operation_failed(done: Resource) -> ApiError {
 }
 
 /// The `last_operation` answer for a resource: the operation the platform names if it is the one
-/// just replaced, else the current one (an unknown `operation` id is not an error).
+/// just replaced, else the current one (an unknown `operation` id is not an error). `usable`,
+/// when a target knows (a server brokkr runs is down), is the answer's `instance_usable`.
 pub(crate) fn poll_response(
     r: Option<Resource>,
     operation: Option<&str>,
+    usable: Option<bool>,
     missing: impl FnOnce() -> String,
 ) -> ApiResult {
     let r = r.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, missing()))?;
@@ -152,7 +154,7 @@ pub(crate) fn poll_response(
         let body = LastOperation {
             state: prev.state,
             description: prev.description.clone(),
-            instance_usable: None,
+            instance_usable: usable,
             update_repeatable: None,
         };
         return Ok(json_response(StatusCode::OK, &body));
@@ -167,8 +169,9 @@ pub(crate) fn poll_response(
                 .clone()
                 .unwrap_or_else(|| format!("{} in progress", op.kind.as_str())),
         ),
-        instance_usable: (failed_mutation && r.key.binding_id.is_none())
-            .then_some(r.status == Status::Ready),
+        instance_usable: usable.or_else(|| {
+            (failed_mutation && r.key.binding_id.is_none()).then_some(r.status == Status::Ready)
+        }),
         update_repeatable: (op.state == OperationState::Failed && op.kind == OpKind::Update)
             .then_some(true),
     };

@@ -293,6 +293,10 @@ pub struct InstanceResource {
     /// Labels and attributes of the instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// Whether the instance can be used right now (a brokkr extension, as in `last_operation`):
+    /// `false` while a server brokkr runs for it is down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_usable: Option<bool>,
 }
 
 /// The body of a successful bind or of `GET …/service_bindings/:binding_id`.

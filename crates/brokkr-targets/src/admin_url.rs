@@ -46,7 +46,11 @@ impl AdminUrl {
             TargetKind::Postgres => "postgres",
             TargetKind::Mysql => "mysql",
             TargetKind::Redis => "redis",
-            TargetKind::Kubernetes => return Err(invalid("a cluster has no server to name")),
+            TargetKind::Kubernetes | TargetKind::Local => {
+                return Err(invalid(
+                    "only a postgres, mysql or redis target names a server",
+                ));
+            }
         };
         let host = text("host")?.ok_or_else(|| invalid("`host` is missing"))?;
         let mut url =

@@ -10,7 +10,8 @@
 //! (Redis 6+ ACLs). Each quotes every identifier and literal it sends by construction and
 //! refuses names its server would truncate or misread; admin credentials come from an
 //! environment variable or a file and never appear in errors or logs. [`kubernetes`] applies
-//! resources as objects of a cluster.
+//! resources as objects of a cluster. [`local`] runs a database server per instance on this
+//! machine, supervised, whose databases and users the shared-server targets then make.
 //!
 //! [`Targets`] builds the targets a configuration declares and the facts templates see about
 //! them (`targets.NAME.host`, `targets.NAME.port`, `targets.NAME.kind`).
@@ -30,6 +31,7 @@ use serde_json::{Map, Value, json};
 
 mod admin_url;
 pub mod kubernetes;
+pub mod local;
 pub mod mysql;
 mod owner;
 pub mod postgres;
@@ -147,6 +149,22 @@ pub trait Target: Send + Sync {
         let _ = scope;
         Ok(())
     }
+    /// Whether the instance's resources here are usable right now (a server that brokkr runs
+    /// and that is down is not); `None` when the target does not know.
+    fn instance_usable(&self, instance_id: &str) -> Option<bool> {
+        let _ = instance_id;
+        None
+    }
+    /// Why this target cannot make what `template` (a step's template as written, before it is
+    /// rendered) describes on this machine, known without trying (a program that is not
+    /// installed); `None` when nothing is known against it. Provision refuses such a plan.
+    fn cannot_make(&self, template: &Value) -> Option<String> {
+        let _ = template;
+        None
+    }
+    /// Called once when the broker stops: a target that runs processes stops them (or not, as
+    /// its configuration says).
+    async fn shutdown(&self) {}
 }
 
 /// The targets of a configuration, by name, with the facts templates see about them.
@@ -163,7 +181,11 @@ impl Targets {
     /// file) and prepares a connection pool that connects on first use, so a server that is
     /// down does not stop the broker from starting.
     /// Every target whose admin URL cannot be read is named in one error.
-    pub fn from_config(config: &BTreeMap<String, TargetConfig>) -> Result<Self, TargetError> {
+    /// A `local` target without `root` keeps its servers in `default_root`.
+    pub fn from_config(
+        config: &BTreeMap<String, TargetConfig>,
+        default_root: &std::path::Path,
+    ) -> Result<Self, TargetError> {
         let unreadable: Vec<String> = unreadable_admin_urls(config)
             .into_iter()
             .map(|(_, problem)| problem)
@@ -184,6 +206,12 @@ impl Targets {
                     Arc::new(kubernetes::Kubernetes::new(name, target)),
                     kubernetes::facts(target),
                 ),
+                TargetKind::Local => {
+                    let root = target.root.as_ref().map(std::path::PathBuf::from);
+                    let root = root.unwrap_or_else(|| default_root.to_owned());
+                    let local = local::Local::new(name, target, root);
+                    (Arc::new(local), local_facts())
+                }
                 _ => {
                     let url = AdminUrl::resolve(name, target)?;
                     (build(name, target, &url)?, facts(target, &url))
@@ -217,6 +245,28 @@ impl Targets {
         build(name, config, &url)
     }
 
+    /// Whether the instance's resources are usable, as the targets that know say (a server a
+    /// `local` target runs that is down: `Some(false)`); `None` when none knows.
+    pub fn instance_usable(&self, instance_id: &str) -> Option<bool> {
+        self.targets
+            .values()
+            .filter_map(|t| t.instance_usable(instance_id))
+            .reduce(|a, b| a && b)
+    }
+
+    /// Why `step_target` cannot make one of `templates` here (see [`Target::cannot_make`]).
+    pub fn cannot_make(&self, step_target: &str, templates: &[Value]) -> Option<String> {
+        let target = self.targets.get(step_target)?;
+        templates.iter().find_map(|t| target.cannot_make(t))
+    }
+
+    /// Stops what targets run (the servers of `local` targets, unless they keep running).
+    pub async fn shutdown(&self) {
+        for target in self.targets.values() {
+            target.shutdown().await;
+        }
+    }
+
     /// `targets` in templates: for each target, `kind`, `host` and `port`.
     pub fn facts(&self) -> Value {
         Value::Object(self.facts.clone())
@@ -229,7 +279,8 @@ impl Targets {
 pub fn unreadable_admin_urls(config: &BTreeMap<String, TargetConfig>) -> Vec<(&str, String)> {
     config
         .iter()
-        .filter(|(_, t)| t.kind != TargetKind::Kubernetes && !t.servers_per_step())
+        .filter(|(_, t)| !matches!(t.kind, TargetKind::Kubernetes | TargetKind::Local))
+        .filter(|(_, t)| !t.servers_per_step())
         .filter_map(|(name, target)| {
             let problem = AdminUrl::resolve(name, target).err()?;
             Some((name.as_str(), problem.to_string()))
@@ -248,9 +299,9 @@ fn build(
         TargetKind::Postgres => Arc::new(postgres::Postgres::new(name, url, timeout)?),
         TargetKind::Mysql => Arc::new(mysql::Mysql::new(name, url, timeout)?),
         TargetKind::Redis => Arc::new(redis::Redis::new(name, url, timeout)?),
-        TargetKind::Kubernetes => {
+        TargetKind::Kubernetes | TargetKind::Local => {
             return Err(TargetError::Invalid(format!(
-                "target {name}: a cluster is reached through its kubeconfig, not an admin URL"
+                "target {name}: only a postgres, mysql or redis target has an admin URL"
             )));
         }
     })
@@ -283,12 +334,19 @@ pub fn facts_or_placeholder(name: &str, target: &TargetConfig) -> Value {
         TargetKind::Mysql => 3306,
         TargetKind::Redis => 6379,
         TargetKind::Kubernetes => 443,
+        TargetKind::Local => return local_facts(),
     };
     json!({
         "kind": target.kind.as_str(),
         "host": target.host.clone().unwrap_or_else(|| format!("{name}.invalid")),
         "port": target.port.unwrap_or(port),
     })
+}
+
+/// What templates see about a `local` target: its servers listen on 127.0.0.1 (each on a port
+/// of its own, which a step reads).
+fn local_facts() -> Value {
+    json!({"kind": "local", "host": "127.0.0.1"})
 }
 
 /// Parses a resource into `T`, naming the target and the resource's kind on failure.

@@ -22,7 +22,8 @@
 //! or changes more than the user's own keys and channels (`SCAN`, `KEYS`, `RANDOMKEY`, `DBSIZE`,
 //! `PUBSUB CHANNELS`, `FLUSHALL`, `SELECT`, …) stays denied, so a binding learns nothing about
 //! another instance. Deleting a keyspace unlinks its keys in batches (`SCAN MATCH` + `UNLINK`)
-//! and deletes its bindings' users; deleting a user disconnects and deletes it.
+//! and deletes its bindings' users; deleting a user disconnects and deletes it. On a server
+//! with an ACL file (`aclfile`), each change of users is saved to it (`ACL SAVE`).
 //!
 //! brokkr never takes over what it did not create: it claims each prefix and user name for its
 //! instance (or binding) in the hash `{brokkr}:owners` on the server (a key no prefix pattern can
@@ -279,7 +280,20 @@ impl Redis {
     async fn delete_user(&self, name: &str) -> Result<(), TargetError> {
         self.with_admin(async |c| delete_user(c, name).await)
             .await?;
+        self.save_acl().await?;
         self.release(Kind::User, name).await
+    }
+
+    /// Writes the users to the server's ACL file (`ACL SAVE`) when it has one, so that they
+    /// outlive a restart of the server; a server without one keeps them in memory only.
+    async fn save_acl(&self) -> Result<(), TargetError> {
+        self.with_admin(
+            async |c| match redis::cmd("ACL").arg("SAVE").query_async::<()>(c).await {
+                Err(e) if e.to_string().contains("not configured to use an ACL file") => Ok(()),
+                result => result,
+            },
+        )
+        .await
     }
 
     fn resource(&self, resource: &Value) -> Result<Resource, TargetError> {
@@ -349,7 +363,8 @@ impl Target for Redis {
                     cmd.arg(rule);
                 }
                 self.with_admin(async |c| cmd.query_async::<()>(c).await)
-                    .await
+                    .await?;
+                self.save_acl().await
             }
         }
     }

@@ -606,6 +606,9 @@ async fn a_kubeconfig_file_and_context_reach_the_cluster() {
         context: Some("fake".into()),
         namespace: Some(NamespacePolicy::Fixed("default".into())),
         pvc_policy: None,
+        root: None,
+        keep_running: None,
+        run_as: None,
     };
     let context = json!({});
     let k = Kubernetes::new("cluster", &config);

@@ -1,16 +1,20 @@
 //! Where commands' inputs come from: the configuration (a file or directory, or the built-in
-//! quickstart), parameters given as JSON or @FILE, durations.
+//! quickstart and local catalogs), parameters given as JSON or @FILE, durations.
 
 use std::path::Path;
 
-use brokkr_blueprint::load::{ConfigErrors, load_path, load_str};
-use brokkr_blueprint::{Config, QUICKSTART};
+use brokkr_blueprint::load::{ConfigErrors, load_path, load_sources};
+use brokkr_blueprint::{Config, LOCAL, QUICKSTART};
 
-/// Loads `path`, or the built-in quickstart when `None`.
+/// Loads `path`, or the built-in configuration when `None`: the quickstart and the local
+/// catalog.
 pub fn load_config(path: Option<&Path>) -> Result<Config, ConfigErrors> {
     match path {
         Some(p) => load_path(p),
-        None => load_str("<built-in quickstart>", QUICKSTART),
+        None => load_sources(&[
+            ("<built-in quickstart>".to_owned(), QUICKSTART.to_owned()),
+            ("<built-in local>".to_owned(), LOCAL.to_owned()),
+        ]),
     }
 }
 

@@ -9,7 +9,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brokkr_blueprint::QUICKSTART;
 use brokkr_fake_kube::FakeCluster;
 use brokkr_osb::client::{Client as OsbClient, Method};
 use serde_json::{Value, json};
@@ -21,13 +20,11 @@ fn serve(dir: &Path) -> (Process, String) {
     serve_with(dir, &[], &[])
 }
 
-/// The service and plan ids of the built-in catalog.
-fn quickstart_ids(dir: &Path) -> (Vec<String>, Vec<String>) {
-    let config = dir.join("quickstart.yaml");
-    std::fs::write(&config, QUICKSTART).unwrap();
+/// The service and plan ids of the built-in catalog (the quickstart and the local catalog).
+fn built_in_ids() -> (Vec<String>, Vec<String>) {
     let out = Command::new(BIN)
-        .args(["catalog", "-o", "json", "--config"])
-        .arg(&config)
+        .args(["catalog", "-o", "json"])
+        .env_remove("BROKKR_CONFIG")
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -128,12 +125,11 @@ async fn the_controller_lists_brokkrs_catalog_and_hands_the_lease_back_on_sigter
     add_crds(&fake);
     register_broker(&fake, &broker_url).await;
 
-    let (services, plans) = quickstart_ids(dir.path());
+    let (services, plans) = built_in_ids();
     assert!(!services.is_empty() && !plans.is_empty());
-    eventually(
-        "every quickstart plan as a ClusterServicePlan",
-        async || (fake.list(API, "ClusterServicePlan").len() == plans.len()).then_some(()),
-    )
+    eventually("every built-in plan as a ClusterServicePlan", async || {
+        (fake.list(API, "ClusterServicePlan").len() == plans.len()).then_some(())
+    })
     .await;
     for id in &services {
         let class = fake

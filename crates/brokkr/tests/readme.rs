@@ -1,8 +1,12 @@
-//! The README's shared-servers section, run as written against the local PostgreSQL, MariaDB and
-//! Redis: its first block (admin accounts, then `brokkr serve`) in the background, its second
-//! (provision, bind, unbind, deprovision with `brokkr osb`) to the end. Only the port is changed
-//! to a free one. On a machine without `sudo` (a root container), a stand-in on the PATH runs the
-//! command as the user `-u` names, with `runuser`.
+//! The README's walkthroughs, run as written. The five-minute walkthrough: `brokkr serve` with
+//! the built-in configuration in the background (the built binary instead of `cargo run
+//! --release`, its store in a test directory), then the user-provided flow and the local
+//! PostgreSQL flow (provision, bind, `psql` with the binding's URI, unbind, deprovision). The
+//! shared-servers section, against the local PostgreSQL, MariaDB and Redis: its first block
+//! (admin accounts, then `brokkr serve`) in the background, its second (provision, bind, unbind,
+//! deprovision with `brokkr osb`) to the end. Only the port is changed to a free one. On a
+//! machine without `sudo` (a root container), a stand-in on the PATH runs the command as the
+//! user `-u` names, with `runuser`.
 
 mod support;
 
@@ -107,6 +111,78 @@ impl Drop for Group {
     }
 }
 
+/// Starts `serve` (a script) in the background with its output in `log`, and waits until it
+/// listens on `port`.
+fn start_broker(serve: &str, path: &str, dir: &Path, port: &str, log: &Path) -> Group {
+    let broker = Group(
+        bash(serve, path, dir)
+            .env("BROKKR_LISTEN", format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the broker did not start: {}",
+            std::fs::read_to_string(log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    broker
+}
+
+#[test]
+fn the_five_minute_walkthrough_runs_as_written() {
+    let blocks = sh_blocks("## Five-minute walkthrough");
+    assert_eq!(blocks.len(), 3, "three sh blocks: {blocks:#?}");
+    let port = free_port().to_string();
+    let serve = &blocks[0];
+    assert!(
+        serve.contains("cargo run --release -p brokkr -- serve"),
+        "{serve}"
+    );
+    let serve = serve.replace("cargo run --release -p brokkr -- serve", "brokkr serve");
+    let flow = format!("{}\n{}", blocks[1], blocks[2]).replace("8080", &port);
+    let dir = tempfile::tempdir().unwrap();
+    // The local servers run as an unprivileged account when the tests run as root: it must
+    // pass through the test directory to reach their data below the store.
+    let open = std::os::unix::fs::PermissionsExt::from_mode(0o711);
+    std::fs::set_permissions(dir.path(), open).unwrap();
+    let path = path(dir.path());
+    let store = format!("sqlite://{}", dir.path().join("brokkr.db").display());
+    let log = dir.path().join("broker.log");
+    let broker = start_broker(
+        &format!("export BROKKR_STORE={store}\n{serve}"),
+        &path,
+        dir.path(),
+        &port,
+        &log,
+    );
+
+    let out = bash(&flow, &path, dir.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\nbroker: {}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert!(stdout.contains("s3cret"), "{stdout}");
+    assert!(
+        stdout.contains("PostgreSQL 1"),
+        "psql did not answer: {stdout}"
+    );
+    drop(broker);
+    let servers = std::fs::read_dir(dir.path().join("brokkr.db.d"))
+        .unwrap()
+        .count();
+    assert_eq!(servers, 0, "deprovision left a server directory");
+}
+
 #[test]
 fn the_shared_servers_section_runs_as_written() {
     let blocks = sh_blocks("### Shared database servers");
@@ -123,24 +199,7 @@ fn the_shared_servers_section_runs_as_written() {
         &format!("sqlite://{}", store.display()),
     );
     let log = tempfile::NamedTempFile::new().unwrap();
-    let broker = Group(
-        bash(&serve, &path, dir.path())
-            .env("BROKKR_LISTEN", format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .process_group(0)
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the broker did not start: {}",
-            std::fs::read_to_string(log.path()).unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let broker = start_broker(&serve, &path, dir.path(), &port, log.path());
 
     let out = bash(&flow, &path, dir.path()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -188,6 +188,11 @@ impl Validator {
                         "target {target:?} is a cluster; only a postgres, mysql or redis \
                              target without an admin URL takes a `server`"
                     )
+                } else if config.kind == TargetKind::Local {
+                    format!(
+                        "target {target:?} runs servers itself; only a postgres, mysql or \
+                             redis target without an admin URL takes a `server`"
+                    )
                 } else {
                     format!(
                         "target {target:?} administers the server of its admin URL; \

@@ -36,8 +36,29 @@ impl Validator {
                     "a namespace name is a DNS label: lowercase letters, digits and `-`, at most 63",
                 );
             }
+            self.refuse_local_fields(file, &at, target);
             return;
         }
+        if target.kind == TargetKind::Local {
+            let fields = [
+                ("url_env", target.url_env.is_some()),
+                ("url_file", target.url_file.is_some()),
+                ("host", target.host.is_some()),
+                ("port", target.port.is_some()),
+                ("kubeconfig", target.kubeconfig.is_some()),
+                ("context", target.context.is_some()),
+                ("namespace", target.namespace.is_some()),
+                ("pvc_policy", target.pvc_policy.is_some()),
+                ("timeout", target.timeout.is_some()),
+            ];
+            self.refuse_fields(file, &at, &fields, |_| {
+                "a local target runs its servers itself, on loopback ports it picks; it takes \
+                 `root`, `keep_running` and `run_as`"
+                    .into()
+            });
+            return;
+        }
+        self.refuse_local_fields(file, &at, target);
         let fields = [
             ("kubeconfig", target.kubeconfig.is_some()),
             ("context", target.context.is_some()),
@@ -69,6 +90,19 @@ impl Validator {
         if target.port == Some(0) {
             self.error(file, format!("{at}.port"), "must be 1-65535");
         }
+    }
+
+    /// Reports each field only a `local` target takes that `target` (of another kind) sets.
+    fn refuse_local_fields(&mut self, file: &str, at: &str, target: &TargetConfig) {
+        let fields = [
+            ("root", target.root.is_some()),
+            ("keep_running", target.keep_running.is_some()),
+            ("run_as", target.run_as.is_some()),
+        ];
+        let kind = target.kind.as_str();
+        self.refuse_fields(file, at, &fields, |field| {
+            format!("only a local target has `{field}` (this one is {kind})")
+        });
     }
 
     /// Reports each of `fields` (name, whether it is set) that is set at `at`.

@@ -66,6 +66,15 @@ pub struct TestStore {
 }
 
 impl TestStore {
+    /// Where `local` targets keep their servers: inside the test's directory, which the
+    /// servers' unprivileged account (when tests run as root) may pass through.
+    pub fn local_root(&self) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let perms = std::fs::Permissions::from_mode(0o711);
+        std::fs::set_permissions(self.dir.path(), perms).unwrap();
+        self.dir.path().join("local")
+    }
+
     pub async fn new(backend: Backend) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (url, schema) = match backend {
@@ -171,7 +180,8 @@ pub async fn start_with_steps(
     let store = brokkr_engine::connect(&test_store.url, Some(keyring))
         .await
         .expect("store");
-    let targets = brokkr_targets::Targets::from_config(&config.targets).expect("targets");
+    let root = test_store.local_root();
+    let targets = brokkr_targets::Targets::from_config(&config.targets, &root).expect("targets");
     let engine = Engine::with_targets(
         store,
         EngineOptions {
@@ -215,6 +225,11 @@ pub async fn start_with_steps(
 }
 
 impl TestBroker {
+    /// Where the broker's `local` targets keep their servers.
+    pub fn local_root(&self) -> std::path::PathBuf {
+        self.store.local_root()
+    }
+
     /// Every byte the store holds about resources: the SQLite files, or the PostgreSQL rows.
     pub async fn store_contents(&self) -> Vec<u8> {
         self.store.contents().await

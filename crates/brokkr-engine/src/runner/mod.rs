@@ -114,6 +114,11 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl Engine {
+    /// The targets `target` steps act on.
+    pub fn targets(&self) -> &Targets {
+        &self.inner.targets
+    }
+
     /// Creates an engine with a fresh owner id and no targets.
     pub fn new(store: Arc<dyn Store>, options: EngineOptions) -> Self {
         Self::with_targets(store, options, Targets::default())

@@ -28,12 +28,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops claiming work, lets running steps reach a save point, and waits for them. Unfinished
-    /// operations stay in the store and resume on the next start.
+    /// Stops claiming work, lets running steps reach a save point, and waits for them, then
+    /// shuts the targets down (a `local` target stops its servers unless configured to keep
+    /// them). Unfinished operations stay in the store and resume on the next start.
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        self.inner.targets.shutdown().await;
     }
 
     /// Runs the operation of `key` in the background; it must be leased to this engine.

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 
 #[derive(Args)]
 pub struct CatalogArgs {
-    /// Configuration file or directory (default: the built-in quickstart).
+    /// Configuration file or directory (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<PathBuf>,
     /// Output format.

@@ -7,7 +7,7 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct CheckArgs {
-    /// Configuration file or directory (default: the built-in quickstart).
+    /// Configuration file or directory (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<PathBuf>,
     /// Also fail on warnings: a target whose admin URL cannot be read here (an environment
@@ -18,6 +18,8 @@ pub struct CheckArgs {
 
 /// Loads the configuration; every error it has makes the command fail. What only the machine
 /// that serves must have (the targets' admin URLs) is a warning, or with `--strict` an error.
+/// With a `local` target, says which server programs it found here (a missing one is not an
+/// error: its plans answer provision with 400 naming the package to install).
 pub async fn run(args: CheckArgs) -> Result<()> {
     let config = crate::config::load_config(args.config.as_deref())?;
     let unreadable = brokkr_targets::unreadable_admin_urls(&config.targets);
@@ -29,6 +31,19 @@ pub async fn run(args: CheckArgs) -> Result<()> {
             "--strict: the admin URL of {} cannot be read here",
             count(unreadable.len(), "target")
         );
+    }
+    let local = (config.targets.values()).any(|t| t.kind == brokkr_blueprint::TargetKind::Local);
+    if local {
+        for (engine, found) in brokkr_targets::local::programs_report() {
+            match found {
+                Ok(paths) => {
+                    let paths: Vec<String> =
+                        paths.iter().map(|p| p.display().to_string()).collect();
+                    println!("local {}: {}", engine.as_str(), paths.join(", "));
+                }
+                Err(missing) => println!("local {}: {missing}", engine.as_str()),
+            }
+        }
     }
     let services = config.catalog.services.len();
     let plans: usize = config.catalog.services.iter().map(|s| s.plans.len()).sum();

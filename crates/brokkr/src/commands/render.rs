@@ -19,7 +19,7 @@ const SECRET_ENTRIES: &[&str] = &["password", "private-key"];
 
 #[derive(Args)]
 pub struct RenderArgs {
-    /// Configuration file or directory (default: the built-in quickstart).
+    /// Configuration file or directory (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<PathBuf>,
     /// The service offering, by name or id.
@@ -243,13 +243,16 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
     let mut instance_registry =
         evaluator.registry(&blueprint.instance.registry, &instance, None)?;
     // Values steps produce (read from a cluster, returned by a call) are unknown here: a
-    // placeholder (`KEY_from_step_STEP`) stands in, masked like a secret since it may be one.
+    // placeholder (`KEY_from_step_STEP`) stands in, masked like a secret since it may be one. A
+    // port (`port`, `*_port`: a port a local server was given) stands in as 65535, since
+    // credentials must hold a port number.
     for step in &blueprint.instance.steps {
         for key in &step.outputs {
-            let placeholder = format!("{key}_from_step_{}", step.name.replace(' ', "_"));
-            instance_registry
-                .entry(key.clone())
-                .or_insert(Value::String(placeholder));
+            let placeholder = match key == "port" || key.ends_with("_port") {
+                true => Value::from(65535),
+                false => Value::String(format!("{key}_from_step_{}", step.name.replace(' ', "_"))),
+            };
+            instance_registry.entry(key.clone()).or_insert(placeholder);
         }
     }
     let instance_registry = Value::Object(instance_registry);
@@ -420,11 +423,13 @@ blueprints:
                 let shown = render(&Cli::parse_from(argv.clone()).args, &config).unwrap();
                 argv.push("--show-secrets");
                 let secrets = render(&Cli::parse_from(argv).args, &config).unwrap();
-                let password = secrets
-                    .lines()
-                    .find_map(|l| l.strip_prefix("password: "))
-                    .unwrap_or_else(|| panic!("{service}/{plan}: no password in {secrets}"))
-                    .trim_matches('"');
+                let Some(password) = secrets.lines().find_map(|l| l.strip_prefix("password: "))
+                else {
+                    // Memcached has no users: its credentials are an address.
+                    assert_eq!(service, "local-memcached", "no password in {secrets}");
+                    continue;
+                };
+                let password = password.trim_matches('"');
                 assert!(
                     !shown.contains(password),
                     "{service}/{plan} shows its password: {shown}"
@@ -516,6 +521,9 @@ blueprints:
             context: None,
             namespace: None,
             pvc_policy: None,
+            root: None,
+            keep_running: None,
+            run_as: None,
         };
         let targets = [
             (

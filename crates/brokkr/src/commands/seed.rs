@@ -30,7 +30,7 @@ pub struct SeedArgs {
     /// Number of the first instance (`seed-<start>`), to add to an already seeded store.
     #[arg(long, default_value_t = 0)]
     start: u64,
-    /// Configuration the plan comes from (default: the built-in quickstart).
+    /// Configuration the plan comes from (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<std::path::PathBuf>,
     /// Service offering id (default: the quickstart's).

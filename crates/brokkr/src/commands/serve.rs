@@ -24,7 +24,7 @@ pub const GENERATED_PASSWORD_SETTING: &str = "broker.generated_password_sha256";
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Configuration file or directory (default: the built-in quickstart catalog).
+    /// Configuration file or directory (default: the built-in quickstart and local catalogs).
     #[arg(long, short = 'c', env = "BROKKR_CONFIG")]
     config: Option<std::path::PathBuf>,
     /// Address to listen on [default: broker.listen, else 127.0.0.1:8080].
@@ -113,7 +113,8 @@ pub async fn run(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
     if let Some(retention) = config.broker.retention {
         options.retention = retention;
     }
-    let targets = Targets::from_config(&config.targets).context("cannot set up the targets")?;
+    let targets = Targets::from_config(&config.targets, &local_root(&store_url))
+        .context("cannot set up the targets")?;
     let engine = Engine::with_targets(store, options, targets);
     for (name, kind) in kinds.0 {
         engine.register(&name, kind);
@@ -190,6 +191,16 @@ fn check_step_kinds(config: &Config, available: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where a `local` target without `root` keeps its servers: beside a SQLite store
+/// (`brokkr.db` → `brokkr.db.d/`), else `brokkr.db.d/` in the working directory.
+pub(crate) fn local_root(store_url: &str) -> std::path::PathBuf {
+    let file = store_url
+        .strip_prefix("sqlite://")
+        .map(|rest| rest.split('?').next().unwrap_or(rest))
+        .filter(|path| !path.is_empty() && !path.starts_with(':'));
+    std::path::PathBuf::from(format!("{}.d", file.unwrap_or("brokkr.db")))
 }
 
 pub(crate) async fn shutdown_signal() {
