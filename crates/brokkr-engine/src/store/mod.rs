@@ -31,6 +31,9 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// SQLite's writer (see `sql::writer`) failed.
+    #[error("store: {0}")]
+    Sqlite(String),
     /// Another process holds the SQLite store.
     #[error("store: {0}")]
     Lock(String),
