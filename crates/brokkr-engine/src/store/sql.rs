@@ -16,8 +16,10 @@ use crate::model::{
 };
 
 mod orphans;
+mod readers;
 mod writer;
 
+use readers::Readers;
 use writer::Writer;
 
 /// Which SQL database a store talks to.
@@ -34,6 +36,8 @@ pub struct SqlStore {
     keyring: Option<Keyring>,
     /// For a SQLite file: the thread that makes the hot path's changes, in group commits.
     writer: Option<Writer>,
+    /// For a SQLite file: connections that read one resource in the caller's thread.
+    readers: Option<Readers>,
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
     _lock: Option<std::fs::File>,
 }
@@ -181,6 +185,34 @@ impl rusqlite::ToSql for Arg {
     }
 }
 
+/// A column type both drivers read.
+trait Column:
+    for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + rusqlite::types::FromSql
+{
+}
+
+impl<T> Column for T where
+    T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + rusqlite::types::FromSql
+{
+}
+
+/// A row of either driver, read by column name.
+trait Columns {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError>;
+}
+
+impl Columns for AnyRow {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
+        Ok(self.try_get(name)?)
+    }
+}
+
+impl Columns for rusqlite::Row<'_> {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
+        Ok(rusqlite::Row::get(self, name)?)
+    }
+}
+
 /// A statement of the hot path and its arguments, in `$n` order.
 struct Statement {
     sql: String,
@@ -296,15 +328,16 @@ impl SqlStore {
         };
         let pool = options.connect(&url).await?;
         // The pool's first connection has created the file.
-        let writer = match dialect {
-            Dialect::Sqlite => sqlite_path(&url).map(Writer::open).transpose()?,
+        let path = match dialect {
+            Dialect::Sqlite => sqlite_path(&url),
             Dialect::Postgres => None,
         };
         Ok(Self {
             pool,
             dialect,
             keyring,
-            writer,
+            writer: path.map(Writer::open).transpose()?,
+            readers: path.map(Readers::new),
             _lock: lock,
         })
     }
@@ -465,6 +498,19 @@ impl SqlStore {
 
     /// Reads the row of `key`, decoded in full or for its status only.
     async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
+        if let Some(readers) = &self.readers {
+            return readers.read(|conn| {
+                let sql = format!(
+                    "SELECT {COLUMNS} FROM brokkr_resources \
+                     WHERE instance_id = ?1 AND binding_id = ?2"
+                );
+                let mut statement = conn.prepare_cached(&sql)?;
+                let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
+                rows.next()?
+                    .map(|row| self.decode(row, status_only))
+                    .transpose()
+            });
+        }
         let sql = format!(
             "SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2"
         );
@@ -480,9 +526,9 @@ impl SqlStore {
 
     /// A resource from its row; with `status_only`, without the columns that need decrypting or
     /// parsing (attributes, outputs, the operation's request and plan).
-    fn decode(&self, row: &AnyRow, status_only: bool) -> Result<Resource, StoreError> {
-        let instance_id: String = row.try_get("instance_id")?;
-        let binding_id: String = row.try_get("binding_id")?;
+    fn decode(&self, row: &impl Columns, status_only: bool) -> Result<Resource, StoreError> {
+        let instance_id: String = row.column("instance_id")?;
+        let binding_id: String = row.column("binding_id")?;
         let key = Key {
             instance_id,
             binding_id: (!binding_id.is_empty()).then_some(binding_id),
@@ -495,59 +541,59 @@ impl SqlStore {
             if status_only {
                 return Ok(serde_json::Value::Null);
             }
-            let mut text: String = row.try_get(col)?;
+            let mut text: String = row.column(col)?;
             if SEALED_COLUMNS.contains(&col) {
                 text = self.open(&key, col, text)?;
             }
             serde_json::from_str(&text).map_err(|e| corrupt(format!("{col}: {e}")))
         };
-        let status: String = row.try_get("status")?;
-        let kind: String = row.try_get("op_kind")?;
-        let state: String = row.try_get("op_state")?;
+        let status: String = row.column("status")?;
+        let kind: String = row.column("op_kind")?;
+        let state: String = row.column("op_state")?;
         let plan = match status_only {
             true => OpPlan::default(),
             false => serde_json::from_value(json("op_plan")?)
                 .map_err(|e| corrupt(format!("op_plan: {e}")))?,
         };
         let op = Operation {
-            id: row.try_get("op_id")?,
+            id: row.column("op_id")?,
             kind: OpKind::parse(&kind).ok_or_else(|| corrupt(format!("op_kind {kind:?}")))?,
             state: OperationState::parse(&state)
                 .ok_or_else(|| corrupt(format!("op_state {state:?}")))?,
-            description: row.try_get("op_description")?,
+            description: row.column("op_description")?,
             request: json("op_request")?,
             plan,
-            step: usize::try_from(row.try_get::<i64, _>("op_step")?).unwrap_or(usize::MAX),
-            step_started_at: row.try_get("op_step_started_at")?,
-            next_run_at: row.try_get("op_next_run_at")?,
-            deadline_at: row.try_get("op_deadline_at")?,
-            lease_owner: row.try_get("lease_owner")?,
-            lease_until: row.try_get("lease_until")?,
-            started_at: row.try_get("op_started_at")?,
-            finished_at: row.try_get("op_finished_at")?,
+            step: usize::try_from(row.column::<i64>("op_step")?).unwrap_or(usize::MAX),
+            step_started_at: row.column("op_step_started_at")?,
+            next_run_at: row.column("op_next_run_at")?,
+            deadline_at: row.column("op_deadline_at")?,
+            lease_owner: row.column("lease_owner")?,
+            lease_until: row.column("lease_until")?,
+            started_at: row.column("op_started_at")?,
+            finished_at: row.column("op_finished_at")?,
         };
-        let prev_id: Option<String> = row.try_get("prev_op_id")?;
-        let prev_state: Option<String> = row.try_get("prev_op_state")?;
+        let prev_id: Option<String> = row.column("prev_op_id")?;
+        let prev_state: Option<String> = row.column("prev_op_state")?;
         let previous = match (prev_id, prev_state) {
             (Some(id), Some(state)) => Some(PreviousOperation {
                 id,
                 state: OperationState::parse(&state)
                     .ok_or_else(|| corrupt(format!("prev_op_state {state:?}")))?,
-                description: row.try_get("prev_op_description")?,
+                description: row.column("prev_op_description")?,
             }),
             _ => None,
         };
         Ok(Resource {
             previous,
-            service_id: row.try_get("service_id")?,
-            plan_id: row.try_get("plan_id")?,
+            service_id: row.column("service_id")?,
+            plan_id: row.column("plan_id")?,
             attrs: json("attrs")?,
             status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status:?}")))?,
             outputs: json("outputs")?,
-            dashboard_url: row.try_get("dashboard_url")?,
+            dashboard_url: row.column("dashboard_url")?,
             op,
-            created_at: row.try_get("created_at")?,
-            deleted_at: row.try_get("deleted_at")?,
+            created_at: row.column("created_at")?,
+            deleted_at: row.column("deleted_at")?,
             key,
         })
     }

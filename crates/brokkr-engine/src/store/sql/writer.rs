@@ -53,7 +53,7 @@ impl<R: Send, F: FnOnce(&Connection) -> rusqlite::Result<R> + Send> Change for P
 
     fn answer(self: Box<Self>, commit: Result<(), &str>) {
         let outcome = match (self.result, commit) {
-            (Some(Err(e)), _) => Err(StoreError::Sqlite(e.to_string())),
+            (Some(Err(e)), _) => Err(e.into()),
             (_, Err(e)) => Err(StoreError::Sqlite(format!("commit failed: {e}"))),
             (Some(Ok(value)), Ok(())) => Ok(value),
             (None, Ok(())) => Err(StoreError::Sqlite("the change was not run".into())),
@@ -66,12 +66,11 @@ impl<R: Send, F: FnOnce(&Connection) -> rusqlite::Result<R> + Send> Change for P
 impl Writer {
     /// Opens `path` and starts the writer thread.
     pub(super) fn open(path: &str) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(|e| StoreError::Sqlite(e.to_string()))?;
+        let conn = Connection::open(path)?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
              PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;",
-        )
-        .map_err(|e| StoreError::Sqlite(e.to_string()))?;
+        )?;
         conn.set_prepared_statement_cache_capacity(64);
         let (changes, queue) = mpsc::channel::<Box<dyn Change>>();
         std::thread::Builder::new()
