@@ -1,12 +1,15 @@
 //! [`Store`] over SQL, for SQLite (one process, the default) and PostgreSQL (several replicas).
 //!
-//! Both databases run the same statements through sqlx's `Any` driver; the only differences are
-//! connection set-up and the row locking clause used when claiming due operations. Timestamps are
-//! milliseconds since the Unix epoch; JSON is stored as text.
+//! Both databases run the same statements; the only differences are connection set-up and the
+//! row locking clause used when claiming due operations. PostgreSQL runs them all through sqlx's
+//! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
+//! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
+//! caller's thread (`readers`); the rest goes through sqlx. Timestamps are milliseconds since the
+//! Unix epoch; JSON is stored as text.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
@@ -17,9 +20,11 @@ use crate::model::{
 
 mod orphans;
 mod readers;
+mod statement;
 mod writer;
 
 use readers::Readers;
+use statement::{Arg, Columns, Statement};
 use writer::Writer;
 
 /// Which SQL database a store talks to.
@@ -138,115 +143,6 @@ fn binding_col(key: &Key) -> &str {
 }
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
-
-/// A value bound to a statement of the hot path, for either driver.
-#[derive(Debug, Clone)]
-enum Arg {
-    Int(Option<i64>),
-    Text(Option<String>),
-}
-
-impl From<i64> for Arg {
-    fn from(v: i64) -> Self {
-        Self::Int(Some(v))
-    }
-}
-
-impl From<Option<i64>> for Arg {
-    fn from(v: Option<i64>) -> Self {
-        Self::Int(v)
-    }
-}
-
-impl From<&str> for Arg {
-    fn from(v: &str) -> Self {
-        Self::Text(Some(v.to_owned()))
-    }
-}
-
-impl From<String> for Arg {
-    fn from(v: String) -> Self {
-        Self::Text(Some(v))
-    }
-}
-
-impl From<Option<String>> for Arg {
-    fn from(v: Option<String>) -> Self {
-        Self::Text(v)
-    }
-}
-
-impl rusqlite::ToSql for Arg {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        match self {
-            Self::Int(v) => v.to_sql(),
-            Self::Text(v) => v.to_sql(),
-        }
-    }
-}
-
-/// A column type both drivers read.
-trait Column:
-    for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + rusqlite::types::FromSql
-{
-}
-
-impl<T> Column for T where
-    T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + rusqlite::types::FromSql
-{
-}
-
-/// A row of either driver, read by column name.
-trait Columns {
-    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError>;
-}
-
-impl Columns for AnyRow {
-    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
-        Ok(self.try_get(name)?)
-    }
-}
-
-impl Columns for rusqlite::Row<'_> {
-    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
-        Ok(rusqlite::Row::get(self, name)?)
-    }
-}
-
-/// A statement of the hot path and its arguments, in `$n` order.
-struct Statement {
-    sql: String,
-    args: Vec<Arg>,
-}
-
-impl Statement {
-    fn new(sql: impl Into<String>, args: Vec<Arg>) -> Self {
-        Self {
-            sql: sql.into(),
-            args,
-        }
-    }
-
-    /// The statement as an sqlx query.
-    fn query(&self) -> AnyQuery<'_> {
-        let mut query = sqlx::query(AssertSqlSafe(self.sql.as_str()));
-        for arg in &self.args {
-            query = match arg {
-                Arg::Int(v) => query.bind(*v),
-                Arg::Text(v) => query.bind(v.clone()),
-            };
-        }
-        query
-    }
-
-    /// Runs the statement on the writer's connection; returns the rows it changed.
-    fn run(&self, conn: &rusqlite::Connection) -> rusqlite::Result<u64> {
-        // `?n` is SQLite's numbered parameter, the `$n` of PostgreSQL.
-        let mut stmt = conn.prepare_cached(&self.sql.replace('$', "?"))?;
-        let changed = stmt.execute(rusqlite::params_from_iter(&self.args))?;
-        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
-    }
-}
 
 /// The path of the database file a SQLite URL names; `None` for an in-memory database.
 fn sqlite_path(url: &str) -> Option<&str> {
