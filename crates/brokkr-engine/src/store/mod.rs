@@ -31,6 +31,9 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// SQLite failed, on the writer's or a reader's plain connection.
+    #[error("store: {0}")]
+    Sqlite(String),
     /// Another process holds the SQLite store.
     #[error("store: {0}")]
     Lock(String),
@@ -51,6 +54,12 @@ pub enum StoreError {
     /// The store URL is not one brokkr supports.
     #[error("store: unsupported URL {0:?}; use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Sqlite(e.to_string())
+    }
 }
 
 /// Result of [`Store::create`].

@@ -1,12 +1,15 @@
 //! [`Store`] over SQL, for SQLite (one process, the default) and PostgreSQL (several replicas).
 //!
-//! Both databases run the same statements through sqlx's `Any` driver; the only differences are
-//! connection set-up and the row locking clause used when claiming due operations. Timestamps are
-//! milliseconds since the Unix epoch; JSON is stored as text.
+//! Both databases run the same statements; the only differences are connection set-up and the
+//! row locking clause used when claiming due operations. PostgreSQL runs them all through sqlx's
+//! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
+//! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
+//! caller's thread (`readers`); the rest goes through sqlx. Timestamps are milliseconds since the
+//! Unix epoch; JSON is stored as text.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
@@ -16,6 +19,13 @@ use crate::model::{
 };
 
 mod orphans;
+mod readers;
+mod statement;
+mod writer;
+
+use readers::Readers;
+use statement::{Arg, Columns, Statement};
+use writer::Writer;
 
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +39,10 @@ pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
     keyring: Option<Keyring>,
+    /// For a SQLite file: the thread that makes the hot path's changes, in group commits.
+    writer: Option<Writer>,
+    /// For a SQLite file: connections that read one resource in the caller's thread.
+    readers: Option<Readers>,
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
     _lock: Option<std::fs::File>,
 }
@@ -130,14 +144,19 @@ fn binding_col(key: &Key) -> &str {
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
 
+/// The path of the database file a SQLite URL names; `None` for an in-memory database.
+fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty() && path != ":memory:").then_some(path)
+}
+
 /// Takes `<database>.lock` exclusively: a SQLite store serves one process, which on start
 /// resumes every operation left running.
 fn lock_database(url: &str) -> Result<Option<std::fs::File>, StoreError> {
-    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
-    let path = rest.split('?').next().unwrap_or_default();
-    if path.is_empty() || path == ":memory:" {
+    let Some(path) = sqlite_path(url) else {
         return Ok(None);
-    }
+    };
     let lock_path = format!("{path}.lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -204,10 +223,17 @@ impl SqlStore {
             Dialect::Postgres => None,
         };
         let pool = options.connect(&url).await?;
+        // The pool's first connection has created the file.
+        let path = match dialect {
+            Dialect::Sqlite => sqlite_path(&url),
+            Dialect::Postgres => None,
+        };
         Ok(Self {
             pool,
             dialect,
             keyring,
+            writer: path.map(Writer::open).transpose()?,
+            readers: path.map(Readers::new),
             _lock: lock,
         })
     }
@@ -233,22 +259,98 @@ impl SqlStore {
         read_version(&mut conn).await
     }
 
-    /// Binds an operation's columns, `op_id` to `op_started_at`, in table order.
-    fn bind_operation<'q>(&self, query: AnyQuery<'q>, key: &Key, op: &Operation) -> AnyQuery<'q> {
-        query
-            .bind(op.id.clone())
-            .bind(op.kind.as_str())
-            .bind(op.state.as_str())
-            .bind(op.description.clone())
-            .bind(self.seal(key, "op_request", &op.request))
-            .bind(serde_json::to_string(&op.plan).expect("plans serialize"))
-            .bind(to_i64(op.step))
-            .bind(op.step_started_at)
-            .bind(op.next_run_at)
-            .bind(op.deadline_at)
-            .bind(op.lease_owner.clone())
-            .bind(op.lease_until)
-            .bind(op.started_at)
+    /// Appends an operation's columns, `op_id` to `op_started_at`, in table order.
+    fn operation_args(&self, args: &mut Vec<Arg>, key: &Key, op: &Operation) {
+        args.extend([
+            op.id.as_str().into(),
+            op.kind.as_str().into(),
+            op.state.as_str().into(),
+            op.description.clone().into(),
+            self.seal(key, "op_request", &op.request).into(),
+            serde_json::to_string(&op.plan)
+                .expect("plans serialize")
+                .into(),
+            to_i64(op.step).into(),
+            op.step_started_at.into(),
+            op.next_run_at.into(),
+            op.deadline_at.into(),
+            op.lease_owner.clone().into(),
+            op.lease_until.into(),
+            op.started_at.into(),
+        ]);
+    }
+
+    /// Runs `first` and, if it changed a row, `rest`, in one transaction; returns whether
+    /// `first` changed a row (when it did not, nothing changes). On a SQLite file this is one
+    /// change of the writer's next group commit.
+    async fn write(&self, first: Statement, rest: Vec<Statement>) -> Result<bool, StoreError> {
+        if let Some(writer) = &self.writer {
+            return writer
+                .write(move |conn| {
+                    if first.run(conn)? == 0 {
+                        return Ok(false);
+                    }
+                    for statement in &rest {
+                        statement.run(conn)?;
+                    }
+                    Ok(true)
+                })
+                .await;
+        }
+        if rest.is_empty() {
+            let done = first.query().execute(&self.pool).await?;
+            return Ok(done.rows_affected() > 0);
+        }
+        let mut tx = self.pool.begin().await?;
+        if first.query().execute(&mut *tx).await?.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        for statement in &rest {
+            statement.query().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// The statements that append `events` of `op_id`: a row each for the SQLite writer, which
+    /// runs statements in its own thread and caches them prepared; a hundred rows a statement
+    /// over sqlx, where each statement costs far more than a row.
+    fn event_statements(&self, op_id: &str, events: &[Event]) -> Vec<Statement> {
+        let rows = if self.writer.is_some() { 1 } else { 100 };
+        events
+            .chunks(rows)
+            .map(|batch| {
+                let values: Vec<String> = (0..batch.len())
+                    .map(|i| {
+                        let n = i * 5;
+                        format!(
+                            "(${}, ${}, ${}, ${}, ${})",
+                            n + 1,
+                            n + 2,
+                            n + 3,
+                            n + 4,
+                            n + 5
+                        )
+                    })
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES {}",
+                    values.join(", ")
+                );
+                let mut args = Vec::with_capacity(batch.len() * 5);
+                for event in batch {
+                    args.extend([
+                        op_id.into(),
+                        event.at.into(),
+                        event.kind.as_str().into(),
+                        event.step.clone().into(),
+                        event.message.clone().into(),
+                    ]);
+                }
+                Statement::new(sql, args)
+            })
+            .collect()
     }
 
     /// The text stored for a secret-bearing JSON column of `key`.
@@ -292,6 +394,19 @@ impl SqlStore {
 
     /// Reads the row of `key`, decoded in full or for its status only.
     async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
+        if let Some(readers) = &self.readers {
+            return readers.read(|conn| {
+                let sql = format!(
+                    "SELECT {COLUMNS} FROM brokkr_resources \
+                     WHERE instance_id = ?1 AND binding_id = ?2"
+                );
+                let mut statement = conn.prepare_cached(&sql)?;
+                let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
+                rows.next()?
+                    .map(|row| self.decode(row, status_only))
+                    .transpose()
+            });
+        }
         let sql = format!(
             "SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2"
         );
@@ -307,9 +422,9 @@ impl SqlStore {
 
     /// A resource from its row; with `status_only`, without the columns that need decrypting or
     /// parsing (attributes, outputs, the operation's request and plan).
-    fn decode(&self, row: &AnyRow, status_only: bool) -> Result<Resource, StoreError> {
-        let instance_id: String = row.try_get("instance_id")?;
-        let binding_id: String = row.try_get("binding_id")?;
+    fn decode(&self, row: &impl Columns, status_only: bool) -> Result<Resource, StoreError> {
+        let instance_id: String = row.column("instance_id")?;
+        let binding_id: String = row.column("binding_id")?;
         let key = Key {
             instance_id,
             binding_id: (!binding_id.is_empty()).then_some(binding_id),
@@ -322,101 +437,62 @@ impl SqlStore {
             if status_only {
                 return Ok(serde_json::Value::Null);
             }
-            let mut text: String = row.try_get(col)?;
+            let mut text: String = row.column(col)?;
             if SEALED_COLUMNS.contains(&col) {
                 text = self.open(&key, col, text)?;
             }
             serde_json::from_str(&text).map_err(|e| corrupt(format!("{col}: {e}")))
         };
-        let status: String = row.try_get("status")?;
-        let kind: String = row.try_get("op_kind")?;
-        let state: String = row.try_get("op_state")?;
+        let status: String = row.column("status")?;
+        let kind: String = row.column("op_kind")?;
+        let state: String = row.column("op_state")?;
         let plan = match status_only {
             true => OpPlan::default(),
             false => serde_json::from_value(json("op_plan")?)
                 .map_err(|e| corrupt(format!("op_plan: {e}")))?,
         };
         let op = Operation {
-            id: row.try_get("op_id")?,
+            id: row.column("op_id")?,
             kind: OpKind::parse(&kind).ok_or_else(|| corrupt(format!("op_kind {kind:?}")))?,
             state: OperationState::parse(&state)
                 .ok_or_else(|| corrupt(format!("op_state {state:?}")))?,
-            description: row.try_get("op_description")?,
+            description: row.column("op_description")?,
             request: json("op_request")?,
             plan,
-            step: usize::try_from(row.try_get::<i64, _>("op_step")?).unwrap_or(usize::MAX),
-            step_started_at: row.try_get("op_step_started_at")?,
-            next_run_at: row.try_get("op_next_run_at")?,
-            deadline_at: row.try_get("op_deadline_at")?,
-            lease_owner: row.try_get("lease_owner")?,
-            lease_until: row.try_get("lease_until")?,
-            started_at: row.try_get("op_started_at")?,
-            finished_at: row.try_get("op_finished_at")?,
+            step: usize::try_from(row.column::<i64>("op_step")?).unwrap_or(usize::MAX),
+            step_started_at: row.column("op_step_started_at")?,
+            next_run_at: row.column("op_next_run_at")?,
+            deadline_at: row.column("op_deadline_at")?,
+            lease_owner: row.column("lease_owner")?,
+            lease_until: row.column("lease_until")?,
+            started_at: row.column("op_started_at")?,
+            finished_at: row.column("op_finished_at")?,
         };
-        let prev_id: Option<String> = row.try_get("prev_op_id")?;
-        let prev_state: Option<String> = row.try_get("prev_op_state")?;
+        let prev_id: Option<String> = row.column("prev_op_id")?;
+        let prev_state: Option<String> = row.column("prev_op_state")?;
         let previous = match (prev_id, prev_state) {
             (Some(id), Some(state)) => Some(PreviousOperation {
                 id,
                 state: OperationState::parse(&state)
                     .ok_or_else(|| corrupt(format!("prev_op_state {state:?}")))?,
-                description: row.try_get("prev_op_description")?,
+                description: row.column("prev_op_description")?,
             }),
             _ => None,
         };
         Ok(Resource {
             previous,
-            service_id: row.try_get("service_id")?,
-            plan_id: row.try_get("plan_id")?,
+            service_id: row.column("service_id")?,
+            plan_id: row.column("plan_id")?,
             attrs: json("attrs")?,
             status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status:?}")))?,
             outputs: json("outputs")?,
-            dashboard_url: row.try_get("dashboard_url")?,
+            dashboard_url: row.column("dashboard_url")?,
             op,
-            created_at: row.try_get("created_at")?,
-            deleted_at: row.try_get("deleted_at")?,
+            created_at: row.column("created_at")?,
+            deleted_at: row.column("deleted_at")?,
             key,
         })
     }
-}
-
-/// Inserts `events` of `op_id`, a hundred rows a statement: each statement costs far more than
-/// a row.
-async fn insert_events(
-    conn: &mut sqlx::AnyConnection,
-    op_id: &str,
-    events: &[Event],
-) -> Result<(), StoreError> {
-    for batch in events.chunks(100) {
-        let rows: Vec<String> = (0..batch.len())
-            .map(|i| {
-                let n = i * 5;
-                format!(
-                    "(${}, ${}, ${}, ${}, ${})",
-                    n + 1,
-                    n + 2,
-                    n + 3,
-                    n + 4,
-                    n + 5
-                )
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO brokkr_events (op_id, at, kind, step, message) VALUES {}",
-            rows.join(", ")
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for event in batch {
-            query = query
-                .bind(op_id.to_owned())
-                .bind(event.at)
-                .bind(event.kind.clone())
-                .bind(event.step.clone())
-                .bind(event.message.clone());
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
 }
 
 async fn read_setting(conn: &mut sqlx::AnyConnection, name: &str) -> Result<i64, StoreError> {
@@ -541,24 +617,25 @@ impl Store for SqlStore {
              WHERE brokkr_resources.status = 'deleted'"
         );
         let op = &r.op;
+        let mut args: Vec<Arg> = vec![
+            r.key.instance_id.as_str().into(),
+            binding_col(&r.key).into(),
+            r.service_id.as_str().into(),
+            r.plan_id.as_str().into(),
+            self.seal(&r.key, "attrs", &r.attrs).into(),
+            r.status.as_str().into(),
+            self.seal(&r.key, "outputs", &r.outputs).into(),
+            r.dashboard_url.clone().into(),
+            r.created_at.into(),
+            r.deleted_at.into(),
+        ];
+        self.operation_args(&mut args, &r.key, op);
+        args.push(op.finished_at.into());
         for _ in 0..3 {
-            let query = sqlx::query(AssertSqlSafe(sql.as_str()))
-                .bind(&r.key.instance_id)
-                .bind(binding_col(&r.key))
-                .bind(&r.service_id)
-                .bind(&r.plan_id)
-                .bind(self.seal(&r.key, "attrs", &r.attrs))
-                .bind(r.status.as_str())
-                .bind(self.seal(&r.key, "outputs", &r.outputs))
-                .bind(r.dashboard_url.clone())
-                .bind(r.created_at)
-                .bind(r.deleted_at);
-            let done = self
-                .bind_operation(query, &r.key, op)
-                .bind(op.finished_at)
-                .execute(&self.pool)
-                .await?;
-            if done.rows_affected() > 0 {
+            if self
+                .write(Statement::new(sql.as_str(), args.clone()), Vec::new())
+                .await?
+            {
                 return Ok(Created::Inserted);
             }
             // Lost the race to a live row: report it, unless it vanished meanwhile.
@@ -581,8 +658,7 @@ impl Store for SqlStore {
         op: &Operation,
         status: NewStatus,
     ) -> Result<bool, StoreError> {
-        let query = sqlx::query(
-            "UPDATE brokkr_resources SET \
+        let sql = "UPDATE brokkr_resources SET \
              status = CASE WHEN $1 = 'halt' \
                  THEN (CASE WHEN status = 'creating' THEN 'failed' ELSE status END) ELSE $1 END, \
              prev_op_id = op_id, \
@@ -593,21 +669,22 @@ impl Store for SqlStore {
              op_description = $6, op_request = $7, op_plan = $8, op_step = $9, \
              op_step_started_at = $10, op_next_run_at = $11, op_deadline_at = $12, \
              lease_owner = $13, lease_until = $14, op_started_at = $15, op_finished_at = NULL \
-             WHERE instance_id = $16 AND binding_id = $17 AND op_id = $18",
-        )
-        .bind(match status {
-            NewStatus::Set(status) => status.as_str(),
-            NewStatus::HaltCreation => "halt",
-        })
-        .bind(op.kind.as_str());
-        let done = self
-            .bind_operation(query, key, op)
-            .bind(&key.instance_id)
-            .bind(binding_col(key))
-            .bind(expected_op)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() > 0)
+             WHERE instance_id = $16 AND binding_id = $17 AND op_id = $18";
+        let mut args: Vec<Arg> = vec![
+            match status {
+                NewStatus::Set(status) => status.as_str(),
+                NewStatus::HaltCreation => "halt",
+            }
+            .into(),
+            op.kind.as_str().into(),
+        ];
+        self.operation_args(&mut args, key, op);
+        args.extend([
+            key.instance_id.as_str().into(),
+            binding_col(key).into(),
+            expected_op.into(),
+        ]);
+        self.write(Statement::new(sql, args), Vec::new()).await
     }
 
     async fn save_progress(
@@ -616,24 +693,22 @@ impl Store for SqlStore {
         op: &Operation,
         owner: &str,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE brokkr_resources SET op_description = $1, op_step = $2, \
+        let sql = "UPDATE brokkr_resources SET op_description = $1, op_step = $2, \
              op_step_started_at = $3, op_next_run_at = $4, lease_until = $5 \
              WHERE instance_id = $6 AND binding_id = $7 AND op_id = $8 \
-             AND op_state = 'in progress' AND lease_owner = $9",
-        )
-        .bind(op.description.clone())
-        .bind(to_i64(op.step))
-        .bind(op.step_started_at)
-        .bind(op.next_run_at)
-        .bind(op.lease_until)
-        .bind(&key.instance_id)
-        .bind(binding_col(key))
-        .bind(&op.id)
-        .bind(owner)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() > 0)
+             AND op_state = 'in progress' AND lease_owner = $9";
+        let args = vec![
+            op.description.clone().into(),
+            to_i64(op.step).into(),
+            op.step_started_at.into(),
+            op.next_run_at.into(),
+            op.lease_until.into(),
+            key.instance_id.as_str().into(),
+            binding_col(key).into(),
+            op.id.as_str().into(),
+            owner.into(),
+        ];
+        self.write(Statement::new(sql, args), Vec::new()).await
     }
 
     async fn save_outputs(
@@ -643,19 +718,17 @@ impl Store for SqlStore {
         owner: &str,
         outputs: &serde_json::Value,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE brokkr_resources SET outputs = $1 \
+        let sql = "UPDATE brokkr_resources SET outputs = $1 \
              WHERE instance_id = $2 AND binding_id = $3 AND op_id = $4 \
-             AND op_state = 'in progress' AND lease_owner = $5",
-        )
-        .bind(self.seal(key, "outputs", outputs))
-        .bind(&key.instance_id)
-        .bind(binding_col(key))
-        .bind(op_id)
-        .bind(owner)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() > 0)
+             AND op_state = 'in progress' AND lease_owner = $5";
+        let args = vec![
+            self.seal(key, "outputs", outputs).into(),
+            key.instance_id.as_str().into(),
+            binding_col(key).into(),
+            op_id.into(),
+            owner.into(),
+        ];
+        self.write(Statement::new(sql, args), Vec::new()).await
     }
 
     async fn finish(
@@ -667,58 +740,53 @@ impl Store for SqlStore {
         events: &[Event],
     ) -> Result<bool, StoreError> {
         let now = crate::now_ms();
-        // One transaction: the tombstones of the bindings and the events stand only if the
-        // operation's end does.
-        let mut tx = self.pool.begin().await?;
-        let deleted_at = (f.status == Status::Deleted).then_some(now);
-        if key.binding_id.is_none() && f.status == Status::Deleted {
-            sqlx::query(
-                "UPDATE brokkr_resources SET status = 'deleted', deleted_at = $1, \
-                 lease_owner = NULL, lease_until = 0, op_finished_at = $1, \
-                 op_state = CASE WHEN op_state = 'in progress' THEN 'failed' ELSE op_state END, \
-                 op_description = CASE WHEN op_state = 'in progress' \
-                     THEN 'the instance was deprovisioned' ELSE op_description END \
-                 WHERE instance_id = $2 AND binding_id <> '' AND status <> 'deleted'",
-            )
-            .bind(now)
-            .bind(&key.instance_id)
-            .execute(&mut *tx)
-            .await?;
-        }
         let state = if f.succeeded {
             OperationState::Succeeded
         } else {
             OperationState::Failed
         };
-        let done = sqlx::query(
+        let deleted_at = (f.status == Status::Deleted).then_some(now);
+        let end = Statement::new(
             "UPDATE brokkr_resources SET op_state = $1, op_description = $2, op_finished_at = $3, \
              lease_owner = NULL, lease_until = 0, status = $4, \
              plan_id = COALESCE($5, plan_id), attrs = COALESCE($6, attrs), \
              outputs = COALESCE($7, outputs), deleted_at = COALESCE($8, deleted_at) \
              WHERE instance_id = $9 AND binding_id = $10 AND op_id = $11 \
              AND op_state = 'in progress' AND lease_owner = $12",
-        )
-        .bind(state.as_str())
-        .bind(&f.description)
-        .bind(now)
-        .bind(f.status.as_str())
-        .bind(f.plan_id.clone())
-        .bind(f.attrs.as_ref().map(|v| self.seal(key, "attrs", v)))
-        .bind(f.outputs.as_ref().map(|v| self.seal(key, "outputs", v)))
-        .bind(deleted_at)
-        .bind(&key.instance_id)
-        .bind(binding_col(key))
-        .bind(op_id)
-        .bind(owner)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Ok(false);
+            vec![
+                state.as_str().into(),
+                f.description.as_str().into(),
+                now.into(),
+                f.status.as_str().into(),
+                f.plan_id.clone().into(),
+                f.attrs.as_ref().map(|v| self.seal(key, "attrs", v)).into(),
+                f.outputs
+                    .as_ref()
+                    .map(|v| self.seal(key, "outputs", v))
+                    .into(),
+                deleted_at.into(),
+                key.instance_id.as_str().into(),
+                binding_col(key).into(),
+                op_id.into(),
+                owner.into(),
+            ],
+        );
+        // One transaction: the tombstones of the bindings and the events stand only if the
+        // operation's end does.
+        let mut rest = Vec::new();
+        if key.binding_id.is_none() && f.status == Status::Deleted {
+            rest.push(Statement::new(
+                "UPDATE brokkr_resources SET status = 'deleted', deleted_at = $1, \
+                 lease_owner = NULL, lease_until = 0, op_finished_at = $1, \
+                 op_state = CASE WHEN op_state = 'in progress' THEN 'failed' ELSE op_state END, \
+                 op_description = CASE WHEN op_state = 'in progress' \
+                     THEN 'the instance was deprovisioned' ELSE op_description END \
+                 WHERE instance_id = $2 AND binding_id <> '' AND status <> 'deleted'",
+                vec![now.into(), key.instance_id.as_str().into()],
+            ));
         }
-        insert_events(&mut tx, op_id, events).await?;
-        tx.commit().await?;
-        Ok(true)
+        rest.extend(self.event_statements(op_id, events));
+        self.write(end, rest).await
     }
 
     async fn claim_due(
@@ -760,16 +828,17 @@ impl Store for SqlStore {
     }
 
     async fn release(&self, key: &Key, op_id: &str, owner: &str) -> Result<(), StoreError> {
-        sqlx::query(
+        let release = Statement::new(
             "UPDATE brokkr_resources SET lease_owner = NULL, lease_until = 0 \
              WHERE instance_id = $1 AND binding_id = $2 AND op_id = $3 AND lease_owner = $4",
-        )
-        .bind(&key.instance_id)
-        .bind(binding_col(key))
-        .bind(op_id)
-        .bind(owner)
-        .execute(&self.pool)
-        .await?;
+            vec![
+                key.instance_id.as_str().into(),
+                binding_col(key).into(),
+                op_id.into(),
+                owner.into(),
+            ],
+        );
+        self.write(release, Vec::new()).await?;
         Ok(())
     }
 
@@ -879,8 +948,11 @@ impl Store for SqlStore {
     }
 
     async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        insert_events(&mut conn, op_id, events).await
+        let mut statements = self.event_statements(op_id, events).into_iter();
+        if let Some(first) = statements.next() {
+            self.write(first, statements.collect()).await?;
+        }
+        Ok(())
     }
 
     async fn events(&self, op_id: &str) -> Result<Vec<Event>, StoreError> {

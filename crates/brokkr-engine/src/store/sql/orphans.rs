@@ -6,7 +6,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Dialect, SqlStore, binding_col};
+use super::{Dialect, SqlStore, Statement, binding_col};
 use crate::model::{Key, OpKind, Orphan};
 use crate::store::StoreError;
 
@@ -85,17 +85,18 @@ impl SqlStore {
         created_at: i64,
         step: &str,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
+        // Asked after every step of every deprovision and unbind: a change of the hot path.
+        let resolve = Statement::new(
             "DELETE FROM brokkr_orphans WHERE instance_id = $1 AND binding_id = $2 \
              AND resource_created_at = $3 AND step_name = $4",
-        )
-        .bind(&key.instance_id)
-        .bind(binding_col(key))
-        .bind(created_at)
-        .bind(step)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() > 0)
+            vec![
+                key.instance_id.as_str().into(),
+                binding_col(key).into(),
+                created_at.into(),
+                step.into(),
+            ],
+        );
+        self.write(resolve, Vec::new()).await
     }
 
     pub(super) async fn claim_orphans(

@@ -1,0 +1,118 @@
+//! The statements of the hot path and the rows they read, for both drivers: a statement's
+//! arguments bind to an sqlx query (PostgreSQL, and SQLite off the hot path) or to a rusqlite
+//! statement (the SQLite writer and readers), and a row of either is decoded by the same code.
+
+use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::AnyQuery;
+use crate::store::StoreError;
+
+/// A value bound to a statement of the hot path, for either driver.
+#[derive(Debug, Clone)]
+pub(super) enum Arg {
+    Int(Option<i64>),
+    Text(Option<String>),
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Self {
+        Self::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Self {
+        Self::Int(v)
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Self {
+        Self::Text(Some(v.to_owned()))
+    }
+}
+
+impl From<String> for Arg {
+    fn from(v: String) -> Self {
+        Self::Text(Some(v))
+    }
+}
+
+impl From<Option<String>> for Arg {
+    fn from(v: Option<String>) -> Self {
+        Self::Text(v)
+    }
+}
+
+impl rusqlite::ToSql for Arg {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Self::Int(v) => v.to_sql(),
+            Self::Text(v) => v.to_sql(),
+        }
+    }
+}
+
+/// A column type both drivers read.
+pub(super) trait Column:
+    for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + rusqlite::types::FromSql
+{
+}
+
+impl<T> Column for T where
+    T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + rusqlite::types::FromSql
+{
+}
+
+/// A row of either driver, read by column name.
+pub(super) trait Columns {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError>;
+}
+
+impl Columns for AnyRow {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
+        Ok(self.try_get(name)?)
+    }
+}
+
+impl Columns for rusqlite::Row<'_> {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
+        Ok(rusqlite::Row::get(self, name)?)
+    }
+}
+
+/// A statement of the hot path and its arguments, in `$n` order.
+pub(super) struct Statement {
+    sql: String,
+    args: Vec<Arg>,
+}
+
+impl Statement {
+    pub(super) fn new(sql: impl Into<String>, args: Vec<Arg>) -> Self {
+        Self {
+            sql: sql.into(),
+            args,
+        }
+    }
+
+    /// The statement as an sqlx query.
+    pub(super) fn query(&self) -> AnyQuery<'_> {
+        let mut query = sqlx::query(AssertSqlSafe(self.sql.as_str()));
+        for arg in &self.args {
+            query = match arg {
+                Arg::Int(v) => query.bind(*v),
+                Arg::Text(v) => query.bind(v.clone()),
+            };
+        }
+        query
+    }
+
+    /// Runs the statement on the writer's connection; returns the rows it changed.
+    pub(super) fn run(&self, conn: &rusqlite::Connection) -> rusqlite::Result<u64> {
+        // `?n` is SQLite's numbered parameter, the `$n` of PostgreSQL.
+        let mut stmt = conn.prepare_cached(&self.sql.replace('$', "?"))?;
+        let changed = stmt.execute(rusqlite::params_from_iter(&self.args))?;
+        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+    }
+}
