@@ -64,20 +64,26 @@ impl StepKind for Recorder {
 }
 
 /// An engine on a fresh SQLite store, with the recorder registered as `record`.
-async fn engine(owner_lease: Duration) -> (Engine, Arc<Recorder>, tempfile::TempDir) {
+async fn engine(lease: Duration) -> (Engine, Arc<Recorder>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/brokkr.db", dir.path().display());
+    let (engine, recorder) = engine_at(dir.path(), lease).await;
+    (engine, recorder, dir)
+}
+
+/// An engine on the SQLite store in `dir` (made if new), with a recorder of its own.
+async fn engine_at(dir: &std::path::Path, lease: Duration) -> (Engine, Arc<Recorder>) {
+    let url = format!("sqlite://{}/brokkr.db", dir.display());
     let store = connect(&url, None).await.unwrap();
     store.migrate().await.unwrap();
     let options = EngineOptions {
-        lease: owner_lease,
+        lease,
         poll_interval: Duration::from_millis(20),
         ..EngineOptions::default()
     };
     let engine = Engine::new(store, options);
     let recorder = Arc::new(Recorder::default());
     engine.register("record", recorder.clone());
-    (engine, recorder, dir)
+    (engine, recorder)
 }
 
 /// Steps `(name, with)` of the `record` kind.
@@ -357,16 +363,7 @@ async fn an_operation_a_dead_engine_held_is_taken_over_once_its_lease_ends() {
     .await;
     drop(dead);
     // Another engine on the same store finds it once the lease has run out.
-    let url = format!("sqlite://{}/brokkr.db", dir.path().display());
-    let store = connect(&url, None).await.unwrap();
-    let options = EngineOptions {
-        lease: Duration::from_millis(200),
-        poll_interval: Duration::from_millis(20),
-        ..EngineOptions::default()
-    };
-    let survivor = Engine::new(store, options);
-    let recorder = Arc::new(Recorder::default());
-    survivor.register("record", recorder.clone());
+    let (survivor, recorder) = engine_at(dir.path(), Duration::from_millis(200)).await;
     survivor.start().await.unwrap();
     let r = ended(survivor.store(), &key).await;
     assert_eq!(
