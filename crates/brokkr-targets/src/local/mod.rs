@@ -334,6 +334,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_server_with_a_key_it_does_not_know_is_refused() {
+        let server = json!({"kind": "Server", "engine": "redis", "name": "r1",
+            "memory_mb": 64, "max_connections": 10});
+        assert!(parse::<Resource>("here", &server).is_ok());
+        for (key, value) in [
+            ("maxmemory_polcy", json!("allkeys-lru")),
+            ("colour", json!(1)),
+        ] {
+            let mut wrong = server.clone();
+            wrong[key] = value;
+            let e = parse::<Resource>("here", &wrong).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+    }
+
+    #[test]
     fn a_root_another_account_cannot_reach_is_named() {
         use std::os::unix::fs::PermissionsExt;
         let closed = tempfile::tempdir().unwrap();
