@@ -481,6 +481,21 @@ impl Kubernetes {
         }
     }
 
+    /// Whether `live` is ready by its kind's rule; one that is not is watched (see
+    /// [`Self::await_change`]).
+    async fn judge(
+        &self,
+        at: &Located,
+        kind: &str,
+        live: &DynamicObject,
+    ) -> Result<Readiness, TargetError> {
+        let object = serde_json::to_value(live).unwrap_or_default();
+        match readiness::builtin(kind, &object).map_err(|e| self.invalid(e))? {
+            Readiness::Waiting(reason) => self.await_change(at, kind, live, reason).await,
+            ready => Ok(ready),
+        }
+    }
+
     /// Watches `live` (one object, from the version just read) for up to `watch_for` and
     /// answers as soon as a change makes it ready; else what it still waits for.
     async fn await_change(
@@ -689,26 +704,14 @@ impl Target for Kubernetes {
         // readiness reads no status, and a place to watch from for one that is not ready yet.
         // A status-driven object the answer shows ready is read again (its controller may not
         // have seen the new spec yet).
-        let applied = self
-            .applied
-            .lock()
-            .expect("lock")
-            .remove(&Self::object_key(&at, &r))
-            .filter(|answer| {
-                readiness::without_status(&r.kind)
-                    || matches!(
-                        readiness::builtin(
-                            &r.kind,
-                            &serde_json::to_value(answer).unwrap_or_default()
-                        ),
-                        Ok(Readiness::Waiting(_))
-                    )
-            });
-        let live = match applied {
-            Some(object) => Some(object),
-            None => self.get(&at, r.name()).await?,
-        };
-        match live {
+        let applied = (self.applied.lock().expect("lock")).remove(&Self::object_key(&at, &r));
+        if let Some(answer) = applied {
+            match self.judge(&at, &r.kind, &answer).await? {
+                Readiness::Ready if !readiness::without_status(&r.kind) => {}
+                judged => return Ok(judged),
+            }
+        }
+        match self.get(&at, r.name()).await? {
             None => {
                 // Nothing to watch: the caller asks again at once, so pause here.
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -717,15 +720,7 @@ impl Target for Kubernetes {
                     at.what
                 )))
             }
-            Some(live) => {
-                let object = serde_json::to_value(&live).unwrap_or_default();
-                match readiness::builtin(&r.kind, &object).map_err(|e| self.invalid(e))? {
-                    Readiness::Waiting(reason) => {
-                        self.await_change(&at, &r.kind, &live, reason).await
-                    }
-                    ready => Ok(ready),
-                }
-            }
+            Some(live) => self.judge(&at, &r.kind, &live).await,
         }
     }
 
