@@ -706,9 +706,15 @@ impl Target for Kubernetes {
         // have seen the new spec yet).
         let applied = (self.applied.lock().expect("lock")).remove(&Self::object_key(&at, &r));
         if let Some(answer) = applied {
-            match self.judge(&at, &r.kind, &answer).await? {
-                Readiness::Ready if !readiness::without_status(&r.kind) => {}
-                judged => return Ok(judged),
+            let object = serde_json::to_value(&answer).unwrap_or_default();
+            match readiness::builtin(&r.kind, &object).map_err(|e| self.invalid(e))? {
+                Readiness::Waiting(reason) => {
+                    return self.await_change(&at, &r.kind, &answer, reason).await;
+                }
+                Readiness::Ready if readiness::without_status(&r.kind) => {
+                    return Ok(Readiness::Ready);
+                }
+                Readiness::Ready => {}
             }
         }
         match self.get(&at, r.name()).await? {
