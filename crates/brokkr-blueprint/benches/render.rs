@@ -103,16 +103,16 @@ fn benches(c: &mut Criterion) {
 
     let evaluator = Evaluator::new(Renderer::with_seed(7), Value::Null);
     let entries = registry_entries();
-    let attrs = json!({
-        "parameters": {"port": 5432, "database": "orders"},
-        "context": {"namespace": "shop"}
-    });
+    let parameters = json!({"port": 5432, "database": "orders"});
+    let context = json!({"namespace": "shop"});
+    let nothing = serde_json::Map::new();
     let instance = Subject {
         id: "7b7c7c1b-0365-4361-9101-0c7cf2d2a9dc",
         service_id: "3b5f3c0e-6f7d-4d0c-9a59-7a4c1f6b2e10",
         plan_id: "8d2c7e4a-5b1f-4f6e-8a3d-2c9b0e7f1a21",
-        attrs: &attrs,
-        registry: &Value::Null,
+        parameters: parameters.as_object(),
+        context: context.as_object(),
+        registry: &nothing,
     };
     c.bench_function("evaluate/registry 6 entries", |b| {
         b.iter(|| {
@@ -122,19 +122,17 @@ fn benches(c: &mut Criterion) {
         })
     });
 
-    let registry = Value::Object(
-        evaluator
-            .registry(&entries, &instance, None)
-            .expect("evaluates"),
-    );
+    let registry = evaluator
+        .registry(&entries, &instance, None)
+        .expect("evaluates");
     let instance = Subject {
         registry: &registry,
         ..instance
     };
-    let binding_attrs = json!({"parameters": {"credentials": {"username": "checkout"}}});
+    let binding_parameters = json!({"credentials": {"username": "checkout"}});
     let binding = Subject {
         id: "checkout",
-        attrs: &binding_attrs,
+        parameters: binding_parameters.as_object(),
         registry: &registry,
         ..instance
     };

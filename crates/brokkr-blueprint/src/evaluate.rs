@@ -17,10 +17,12 @@ pub struct Subject<'a> {
     pub service_id: &'a str,
     /// The plan id.
     pub plan_id: &'a str,
-    /// Request attributes: `parameters`, `context`, …
-    pub attrs: &'a Value,
-    /// Registry values computed so far (an object, or null).
-    pub registry: &'a Value,
+    /// The parameters the platform passed, if any.
+    pub parameters: Option<&'a Map<String, Value>>,
+    /// The platform's context, if any.
+    pub context: Option<&'a Map<String, Value>>,
+    /// Registry values computed so far.
+    pub registry: &'a Map<String, Value>,
 }
 
 /// Why a blueprint could not be evaluated.
@@ -70,7 +72,7 @@ impl Evaluator {
         binding: Option<&Subject<'_>>,
     ) -> Result<Map<String, Value>, EvaluationError> {
         let mut values = match binding {
-            Some(_) => instance.registry.as_object().cloned().unwrap_or_default(),
+            Some(_) => instance.registry.clone(),
             None => Map::new(),
         };
         let mut context = self.context(instance, binding);
@@ -135,29 +137,42 @@ impl Evaluator {
         brokkr_servicebinding::finalize(rendered)
             .map_err(|e| EvaluationError::Invalid(e.to_string()))
     }
+    /// Dry-runs a credentials template for `instance` before any binding exists: renders and
+    /// checks it as a binding with no parameters of its own would see it (its id a
+    /// placeholder, its plan and registry the instance's). A plan whose credentials could never
+    /// be valid is refused with this.
+    pub fn credentials_dry_run(
+        &self,
+        template: &Value,
+        instance: &Subject<'_>,
+    ) -> Result<Map<String, Value>, EvaluationError> {
+        let binding = Subject {
+            id: "dry-run",
+            parameters: None,
+            context: None,
+            ..*instance
+        };
+        self.credentials(template, instance, &binding)
+    }
 }
 
 /// The template context for an instance, or for a binding of it: `parameters`, `context` and
 /// `registry` are the subject's own; `instance` holds the instance's.
 pub fn template_context(instance: &Subject<'_>, binding: Option<&Subject<'_>>) -> Value {
-    let attr = |s: &Subject<'_>, name: &str| s.attrs.get(name).cloned().unwrap_or(json!({}));
+    let object = |map: Option<&Map<String, Value>>| Value::Object(map.cloned().unwrap_or_default());
     let own = binding.unwrap_or(instance);
-    let registry = match own.registry {
-        Value::Null => json!({}),
-        r => r.clone(),
-    };
     json!({
         "instance_id": instance.id,
         "binding_id": binding.map(|b| b.id),
         "service_id": own.service_id,
         "plan_id": own.plan_id,
-        "parameters": attr(own, "parameters"),
-        "context": attr(own, "context"),
+        "parameters": object(own.parameters),
+        "context": object(own.context),
         "instance": {
             "id": instance.id,
-            "parameters": attr(instance, "parameters"),
-            "context": attr(instance, "context"),
+            "parameters": object(instance.parameters),
+            "context": object(instance.context),
         },
-        "registry": registry,
+        "registry": own.registry,
     })
 }

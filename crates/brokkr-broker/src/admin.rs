@@ -136,7 +136,7 @@ fn orphan_summary(o: &Orphan) -> Value {
         "kind": o.op_kind.as_str(),
         "operation": o.op_id,
         "step": o.step.name,
-        "target": o.step.target,
+        "target": o.step.target().map(|t| &t.target),
         "since": o.since,
         "attempts": o.attempts,
         "last_error": o.last_error,

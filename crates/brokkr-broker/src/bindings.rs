@@ -6,7 +6,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use brokkr_engine::store::Created;
-use brokkr_engine::{Key, NewStatus, OpKind, Resource, Status};
+use brokkr_engine::{Attrs, Key, NewStatus, OpKind, Resource, Status};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
@@ -38,48 +38,30 @@ fn check_ids(instance_id: &str, binding_id: &str) -> Result<(), ApiError> {
     check_id("binding_id", binding_id)
 }
 
-fn binding_attrs(req: &BindRequest, parameters: Option<Map<String, Value>>) -> Value {
-    let mut attrs = Map::new();
-    let mut put = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            attrs.insert(k.to_owned(), v);
-        }
-    };
-    put("parameters", parameters.map(Value::Object));
-    put("context", req.context.clone().map(Value::Object));
-    put("app_guid", req.app_guid.clone().map(Value::String));
-    put(
-        "bind_resource",
-        req.bind_resource.clone().map(Value::Object),
-    );
-    put(
-        "predecessor_binding_id",
-        req.predecessor_binding_id.clone().map(Value::String),
-    );
-    Value::Object(attrs)
+fn binding_attrs(req: &BindRequest, parameters: Option<Map<String, Value>>) -> Attrs {
+    Attrs {
+        parameters,
+        context: req.context.clone(),
+        app_guid: req.app_guid.clone(),
+        bind_resource: req.bind_resource.clone(),
+        predecessor_binding_id: req.predecessor_binding_id.clone(),
+        ..Attrs::default()
+    }
 }
 
 fn binding_body(r: &Resource, with_parameters: bool) -> BindingResource {
     BindingResource {
-        credentials: r.outputs["credentials"].as_object().cloned(),
+        credentials: r.outputs.credentials.clone(),
         parameters: with_parameters
-            .then(|| {
-                r.attrs
-                    .get("parameters")
-                    .and_then(|p| p.as_object().cloned())
-            })
+            .then(|| r.attrs.parameters.clone())
             .flatten(),
         ..Default::default()
     }
 }
 
 /// A binding's attributes without `context`, which platforms may refresh between retries.
-fn identity(r: &Resource) -> (String, String, Value) {
-    let mut attrs = r.attrs.clone();
-    if let Some(map) = attrs.as_object_mut() {
-        map.remove("context");
-    }
-    (r.service_id.clone(), r.plan_id.clone(), attrs)
+fn identity(r: &Resource) -> (String, String, Attrs) {
+    (r.service_id.clone(), r.plan_id.clone(), r.attrs.identity())
 }
 
 async fn bind(
@@ -150,18 +132,12 @@ async fn bind(
             )));
         };
         if parameters.is_none() {
-            parameters = old.attrs["parameters"].as_object().cloned();
+            parameters = old.attrs.parameters;
         }
     }
 
     let key = Key::binding(&instance_id, &binding_id);
-    let op = new_operation(
-        &broker,
-        Some(entry),
-        OpKind::Bind,
-        Steps::Configured,
-        json!({}),
-    );
+    let op = new_operation(&broker, Some(entry), OpKind::Bind, Steps::Configured, None)?;
     let mut resource = Resource::new(
         key.clone(),
         &req.service_id,
@@ -185,7 +161,7 @@ async fn bind(
                 .engine
                 .registry(&blueprint.registry, &resource, Some(&instance))
                 .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
-            resource.outputs = json!({ "registry": registry });
+            resource.outputs.registry = registry;
             // Credentials that could never be valid are a bad request, refused before any change.
             broker
                 .engine
@@ -352,8 +328,8 @@ async fn unbind(
             entry.map(|e| e.as_ref()),
             OpKind::Unbind,
             steps,
-            json!({}),
-        );
+            None,
+        )?;
         if !op.plan.steps.is_empty() && !accepts_incomplete {
             return Err(ApiError::async_required());
         }

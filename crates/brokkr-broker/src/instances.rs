@@ -7,12 +7,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use brokkr_blueprint::PlanEntry;
 use brokkr_engine::store::Created;
-use brokkr_engine::{EvaluationError, Key, NewStatus, OpKind, Resource, Status};
+use brokkr_engine::{
+    Attrs, EvaluationError, Key, NewStatus, OpKind, OpStep, Resource, Status, Update,
+};
 use brokkr_osb::messages::{
     InstanceOperationResponse, InstanceResource, ProvisionRequest, UpdateRequest,
 };
-use brokkr_osb::{ErrorCode, OperationState};
-use serde_json::{Map, Value, json};
+use brokkr_osb::{ErrorCode, MaintenanceInfo, OperationState};
+use serde_json::json;
 use tracing::info;
 
 use crate::body::{Query, check_id};
@@ -36,43 +38,34 @@ pub(crate) fn routes() -> Router<AppState> {
         )
 }
 
-/// The attributes whose difference makes a repeated provision a conflict (context excluded:
-/// platforms may refresh it between retries).
-fn identity(attrs: &Value) -> Value {
-    let mut attrs = attrs.clone();
-    if let Some(map) = attrs.as_object_mut() {
-        map.remove("context");
-    }
-    attrs
-}
-
-fn instance_attrs(req: &ProvisionRequest, entry: &PlanEntry) -> Value {
-    let mut attrs = Map::new();
-    let mut put = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            attrs.insert(k.to_owned(), v);
-        }
-    };
-    put("parameters", req.parameters.clone().map(Value::Object));
-    put("context", req.context.clone().map(Value::Object));
-    put(
-        "organization_guid",
-        req.organization_guid.clone().map(Value::String),
-    );
-    put("space_guid", req.space_guid.clone().map(Value::String));
+fn instance_attrs(req: &ProvisionRequest, entry: &PlanEntry) -> Attrs {
     // The instance is built at the plan's current maintenance version.
     let version = req
         .maintenance_info
         .as_ref()
         .or(entry.plan.maintenance_info.as_ref())
         .map(|m| m.version.clone());
-    put("maintenance_info", version.map(|v| json!({ "version": v })));
-    Value::Object(attrs)
+    Attrs {
+        parameters: req.parameters.clone(),
+        context: req.context.clone(),
+        organization_guid: req.organization_guid.clone(),
+        space_guid: req.space_guid.clone(),
+        maintenance_info: version.map(maintenance_version),
+        ..Attrs::default()
+    }
+}
+
+/// Maintenance information at `version`, as an instance keeps it.
+fn maintenance_version(version: String) -> MaintenanceInfo {
+    MaintenanceInfo {
+        version,
+        description: None,
+    }
 }
 
 fn check_maintenance_info(
     entry: &PlanEntry,
-    requested: Option<&brokkr_osb::MaintenanceInfo>,
+    requested: Option<&MaintenanceInfo>,
 ) -> Result<(), ApiError> {
     let Some(requested) = requested else {
         return Ok(());
@@ -137,8 +130,8 @@ fn check_credentials_possible(
 fn check_programs(broker: &Broker, resource: &Resource) -> Result<(), ApiError> {
     let targets = broker.engine.targets();
     let missing = (resource.op.plan.steps.iter())
-        .filter_map(|step| Some((step.target.as_deref()?, &step.templates)))
-        .find_map(|(target, templates)| targets.cannot_make(target, templates));
+        .filter_map(OpStep::target)
+        .find_map(|action| targets.cannot_make(&action.target, &action.templates));
     match missing {
         Some(reason) => Err(ApiError::bad_request(reason)),
         None => Ok(()),
@@ -201,8 +194,8 @@ async fn provision(
         Some(entry),
         OpKind::Provision,
         Steps::Configured,
-        json!({}),
-    );
+        None,
+    )?;
     let mut resource = Resource::new(
         key.clone(),
         &req.service_id,
@@ -221,7 +214,7 @@ async fn provision(
                 .engine
                 .registry(&entry.blueprint.instance.registry, &resource, None)
                 .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
-            resource.outputs = json!({ "registry": registry });
+            resource.outputs.registry = registry;
             check_credentials_possible(&broker, entry, &resource)?;
             check_programs(&broker, &resource)?;
             if needs_async && !accepts_incomplete {
@@ -235,7 +228,7 @@ async fn provision(
                 Created::Exists(_) => continue, // lost a race: decide against the winner
             }
         };
-        if identity(&existing.attrs) != identity(&resource.attrs)
+        if existing.attrs.identity() != resource.attrs.identity()
             || existing.service_id != resource.service_id
             || existing.plan_id != resource.plan_id
         {
@@ -395,12 +388,11 @@ async fn update(
     }
 
     let mut attrs = current.attrs.clone();
-    let map = attrs.as_object_mut().expect("attrs are an object");
     if let Some(p) = &req.parameters {
-        map.insert("parameters".into(), Value::Object(p.clone()));
+        attrs.parameters = Some(p.clone());
     }
     if let Some(c) = &req.context {
-        map.insert("context".into(), Value::Object(c.clone()));
+        attrs.context = Some(c.clone());
     }
     if let Some(version) = req
         .maintenance_info
@@ -419,11 +411,16 @@ async fn update(
                 .flatten()
         })
     {
-        map.insert("maintenance_info".into(), json!({ "version": version }));
+        attrs.maintenance_info = Some(maintenance_version(version));
     }
-    let request = json!({"plan_id": target_plan, "attrs": attrs});
+    let update = Update {
+        plan_id: target_plan.to_owned(),
+        attrs,
+    };
     if current.op.in_progress() {
-        if current.op.kind == OpKind::Update && current.op.request == request && accepts_incomplete
+        if current.op.kind == OpKind::Update
+            && current.op.update.as_ref() == Some(&update)
+            && accepts_incomplete
         {
             return Ok(accepted(&current.op));
         }
@@ -432,17 +429,17 @@ async fn update(
             current.op.kind.as_str()
         )));
     }
-    if target_plan == current.plan_id && attrs == current.attrs {
+    if target_plan == current.plan_id && update.attrs == current.attrs {
         return Ok(json_response(StatusCode::OK, &instance_body(&current)));
     }
     // Only the context changed: record it, with nothing to run.
     let context_only =
-        target_plan == current.plan_id && identity(&attrs) == identity(&current.attrs);
+        target_plan == current.plan_id && update.attrs.identity() == current.attrs.identity();
     let steps = match context_only {
         true => Steps::Nothing,
         false => Steps::Configured,
     };
-    let op = new_operation(&broker, Some(entry), OpKind::Update, steps, request);
+    let op = new_operation(&broker, Some(entry), OpKind::Update, steps, Some(update))?;
     if !op.plan.steps.is_empty() && !accepts_incomplete {
         return Err(ApiError::async_required());
     }
@@ -455,7 +452,7 @@ async fn update(
         if let Some(now) = store.get(&key).await?
             && now.op.in_progress()
             && now.op.kind == OpKind::Update
-            && now.op.request == op.request
+            && now.op.update == op.update
             && accepts_incomplete
         {
             return Ok(accepted(&now.op));
@@ -532,8 +529,8 @@ async fn deprovision(
             entry.map(|e| e.as_ref()),
             OpKind::Deprovision,
             steps,
-            json!({}),
-        );
+            None,
+        )?;
         if !op.plan.steps.is_empty() && !accepts_incomplete {
             return Err(ApiError::async_required());
         }
@@ -587,18 +584,12 @@ async fn fetch(State(broker): State<AppState>, Path(instance_id): Path<String>) 
             "instance {instance_id} is being updated"
         )));
     }
-    let maintenance_info = r
-        .attrs
-        .get("maintenance_info")
-        .and_then(|m| serde_json::from_value(m.clone()).ok());
+    let maintenance_info = r.attrs.maintenance_info.clone();
     let body = InstanceResource {
         service_id: r.service_id.clone(),
         plan_id: r.plan_id.clone(),
         dashboard_url: r.dashboard_url.clone(),
-        parameters: r
-            .attrs
-            .get("parameters")
-            .and_then(|p| p.as_object().cloned()),
+        parameters: r.attrs.parameters.clone(),
         maintenance_info,
         metadata: None,
         instance_usable: broker.engine.targets().instance_usable(&instance_id),

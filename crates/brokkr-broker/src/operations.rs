@@ -5,11 +5,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use brokkr_blueprint::{PlanEntry, Step};
-use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Status};
+use brokkr_blueprint::PlanEntry;
+use brokkr_engine::{Key, OpKind, OpPlan, OpStep, Operation, PlanError, Resource, Status, Update};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{AsyncResponse, LastOperation};
-use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::response::{ApiResult, json_response};
@@ -20,58 +19,49 @@ pub(crate) enum Steps {
     /// Those its plan's blueprint gives its kind.
     Configured,
     /// Only these: the steps a finished deprovision or unbind left behind, when it is repeated.
-    LeftBehind(Vec<Step>),
+    LeftBehind(Vec<OpStep>),
     /// None: an update that only records a new context.
     Nothing,
 }
 
 /// The plan of a new operation of `kind` on a resource of plan `entry`: the steps `steps`
-/// chooses, in order, and for a bind the credentials template. A plan no longer configured
-/// (`entry` is `None`) gives no steps.
-pub(crate) fn op_plan(entry: Option<&PlanEntry>, kind: OpKind, steps: Steps) -> OpPlan {
-    let steps = match steps {
-        Steps::Configured => entry.map(|e| configured_steps(e, kind)).unwrap_or_default(),
-        Steps::LeftBehind(steps) => steps,
-        Steps::Nothing => Vec::new(),
-    };
-    let credentials = match kind {
-        OpKind::Bind => entry
-            .and_then(|e| e.blueprint.binding.as_ref())
-            .map(|b| b.credentials.clone()),
-        OpKind::Provision | OpKind::Update | OpKind::Deprovision | OpKind::Unbind => None,
-    };
-    OpPlan { steps, credentials }
-}
-
-/// The steps `entry`'s blueprint gives operations of `kind`, in order.
-fn configured_steps(entry: &PlanEntry, kind: OpKind) -> Vec<Step> {
-    match kind {
-        OpKind::Provision | OpKind::Update | OpKind::Deprovision => entry.instance_steps(kind),
-        OpKind::Bind | OpKind::Unbind => entry.binding_steps(kind),
+/// chooses, in order, and for a bind the credentials template (see [`OpPlan::configured`]).
+pub(crate) fn op_plan(
+    entry: Option<&PlanEntry>,
+    kind: OpKind,
+    steps: Steps,
+) -> Result<OpPlan, PlanError> {
+    match steps {
+        Steps::Configured => OpPlan::configured(entry, kind),
+        Steps::LeftBehind(steps) => Ok(OpPlan::with_steps(entry, kind, steps)),
+        Steps::Nothing => Ok(OpPlan::with_steps(entry, kind, Vec::new())),
     }
 }
 
 /// A new operation of `kind` leased to this broker's engine, running the plan [`op_plan`] gives
-/// it, within `entry`'s deadline.
+/// it, within `entry`'s deadline; for an update, the change it makes.
 pub(crate) fn new_operation(
     broker: &Broker,
     entry: Option<&PlanEntry>,
     kind: OpKind,
     steps: Steps,
-    request: Value,
-) -> Operation {
+    update: Option<Update>,
+) -> Result<Operation, ApiError> {
     let deadline = entry
         .and_then(|e| e.blueprint.deadline)
         .unwrap_or(DEFAULT_DEADLINE);
     let deadline_ms = i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX);
-    Operation::new(
+    // Loading refuses a step without an action: this is a broker's own mistake.
+    let plan = op_plan(entry, kind, steps)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Operation::new(
         kind,
-        op_plan(entry, kind, steps),
-        request,
+        plan,
+        update,
         deadline_ms,
         broker.engine.owner(),
         broker.engine.lease_ms(),
-    )
+    ))
 }
 
 /// Runs a freshly started operation: inline for synchronous plans (returning the resource as it
@@ -224,7 +214,7 @@ blueprints:
     fn op_plan_gives_each_kind_its_steps_and_binds_their_credentials() {
         let config = brokkr_blueprint::load::load_str("test.yaml", CONFIG).unwrap();
         let entry = config.plan("svc", "plan").map(|e| e.as_ref());
-        let configured = |kind| op_plan(entry, kind, Steps::Configured);
+        let configured = |kind| op_plan(entry, kind, Steps::Configured).unwrap();
         assert_eq!(names(&configured(OpKind::Provision)), ["create"]);
         assert_eq!(names(&configured(OpKind::Update)), ["change"]);
         assert_eq!(names(&configured(OpKind::Deprovision)), ["second", "first"]);
@@ -251,15 +241,15 @@ blueprints:
         }
 
         let left = configured(OpKind::Deprovision).steps[1..].to_vec();
-        let retry = op_plan(entry, OpKind::Deprovision, Steps::LeftBehind(left));
+        let retry = op_plan(entry, OpKind::Deprovision, Steps::LeftBehind(left)).unwrap();
         assert_eq!(names(&retry), ["first"]);
         assert_eq!(
-            op_plan(entry, OpKind::Update, Steps::Nothing),
+            op_plan(entry, OpKind::Update, Steps::Nothing).unwrap(),
             OpPlan::default()
         );
         // A plan no longer configured runs nothing.
         assert_eq!(
-            op_plan(None, OpKind::Unbind, Steps::Configured),
+            op_plan(None, OpKind::Unbind, Steps::Configured).unwrap(),
             OpPlan::default()
         );
     }

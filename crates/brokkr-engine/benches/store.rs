@@ -20,12 +20,13 @@ fn instance(id: &str) -> Resource {
     let op = Operation::new(
         OpKind::Provision,
         OpPlan::default(),
-        json!({}),
+        None,
         3_600_000,
         OWNER,
         60_000,
     );
     let attrs = json!({"parameters": {"credentials": {"type": "postgresql", "host": "db.example.com", "port": 5432}}});
+    let attrs = serde_json::from_value(attrs).expect("attributes");
     Resource::new(
         Key::instance(id),
         "3b5f3c0e-6f7d-4d0c-9a59-7a4c1f6b2e10",

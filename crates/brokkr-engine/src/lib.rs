@@ -22,7 +22,8 @@ pub mod store;
 
 pub use brokkr_blueprint::evaluate::EvaluationError;
 pub use model::{
-    Event, Key, OpKind, OpPlan, Operation, Orphan, PreviousOperation, Resource, Status,
+    Action, Attrs, Event, Key, OpKind, OpPlan, OpStep, Operation, Orphan, Outputs, PlanError,
+    PreviousOperation, Resource, Status, TargetAction, Update,
 };
 pub use runner::{Engine, EngineOptions};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};

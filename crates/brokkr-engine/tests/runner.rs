@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use brokkr_engine::step::{StepContext, StepKind, StepOutcome};
 use brokkr_engine::{
-    Engine, EngineOptions, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status, Store,
-    connect,
+    Attrs, Engine, EngineOptions, Key, NewStatus, OpKind, OpPlan, Operation, Resource, Status,
+    Store, connect,
 };
 use brokkr_osb::OperationState;
 use serde_json::{Value, json};
@@ -105,13 +105,17 @@ async fn provision(engine: &Engine, id: &str, plan: OpPlan, deadline: Duration) 
     let op = Operation::new(
         OpKind::Provision,
         plan,
-        json!({}),
+        None,
         deadline.as_millis() as i64,
         engine.owner(),
         engine.lease_ms(),
     );
     let key = Key::instance(id);
-    let resource = Resource::new(key.clone(), "svc", "plan", json!({"parameters": {}}), op);
+    let attrs = Attrs {
+        parameters: Some(Default::default()),
+        ..Attrs::default()
+    };
+    let resource = Resource::new(key.clone(), "svc", "plan", attrs, op);
     engine.store().create(&resource).await.unwrap();
     key
 }
@@ -149,10 +153,7 @@ async fn steps_run_in_order_and_a_produced_value_reaches_later_steps() {
     let runs = recorder.runs.lock().unwrap();
     let seen = &runs[1].1;
     assert_eq!(seen["registry"]["port"], 5432, "{seen}");
-    assert_eq!(
-        r.outputs["registry"]["port"], 5432,
-        "kept with the instance"
-    );
+    assert_eq!(r.outputs.registry["port"], 5432, "kept with the instance");
 }
 
 #[tokio::test]
@@ -177,7 +178,7 @@ async fn deprovision_does_not_block_on_a_step_that_fails() {
     let op = Operation::new(
         OpKind::Deprovision,
         steps,
-        json!({}),
+        None,
         60_000,
         engine.owner(),
         engine.lease_ms(),
@@ -218,7 +219,7 @@ async fn a_step_may_produce_only_the_values_it_declares() {
     let description = r.op.description.unwrap_or_default();
     assert!(description.contains("`outputs`"), "{description}");
     assert_eq!(recorder.names(), ["first"]);
-    assert!(r.outputs["registry"]["password"].is_null(), "nothing kept");
+    assert!(!r.outputs.registry.contains_key("password"), "nothing kept");
 }
 
 #[tokio::test]

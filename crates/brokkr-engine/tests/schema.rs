@@ -7,8 +7,7 @@
 //! naming both versions, one that a breaking migration moved on.
 
 use brokkr_engine::store::{Created, Migration, SCHEMA_VERSION, SqlStore, StoreError, migrations};
-use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Store};
-use serde_json::json;
+use brokkr_engine::{Attrs, Key, OpKind, OpPlan, Operation, Resource, Store};
 
 #[derive(Clone, Copy, Debug)]
 enum Backend {
@@ -77,12 +76,16 @@ fn instance(id: &str) -> Resource {
     let op = Operation::new(
         OpKind::Provision,
         OpPlan::default(),
-        json!({}),
+        None,
         3_600_000,
         "test",
         60_000,
     );
-    Resource::new(Key::instance(id), "service", "plan", json!({"n": id}), op)
+    let attrs = Attrs {
+        space_guid: Some(id.to_owned()),
+        ..Attrs::default()
+    };
+    Resource::new(Key::instance(id), "service", "plan", attrs, op)
 }
 
 async fn create(store: &SqlStore, id: &str) {
@@ -97,7 +100,7 @@ async fn exists(store: &SqlStore, id: &str) -> bool {
         .get(&Key::instance(id))
         .await
         .expect("get")
-        .is_some_and(|r| r.attrs == json!({"n": id}))
+        .is_some_and(|r| r.attrs.space_guid.as_deref() == Some(id))
 }
 
 /// This brokkr's migrations plus one more: what a later release would run.

@@ -6,7 +6,7 @@ use brokkr_blueprint::evaluate::{EvaluationError, Subject};
 use serde_json::{Map, Value};
 
 use super::Engine;
-use crate::model::{Key, OpKind, Operation, Resource};
+use crate::model::{Key, Operation, Resource};
 use crate::store::StoreError;
 
 impl Engine {
@@ -19,21 +19,18 @@ impl Engine {
         op: &Operation,
         instance: Option<&Resource>,
     ) -> Result<Value, StoreError> {
-        let (attrs, plan_id) = match op.kind {
-            OpKind::Update => (
-                op.request.get("attrs").unwrap_or(&r.attrs),
-                op.request["plan_id"].as_str().unwrap_or(&r.plan_id),
-            ),
-            _ => (&r.attrs, r.plan_id.as_str()),
-        };
-        let own = Resource {
-            attrs: attrs.clone(),
-            plan_id: plan_id.to_owned(),
-            ..r.clone()
+        let own = match &op.update {
+            Some(update) => Subject {
+                plan_id: &update.plan_id,
+                parameters: update.attrs.parameters.as_ref(),
+                context: update.attrs.context.as_ref(),
+                ..subject(r)
+            },
+            None => subject(r),
         };
         let evaluator = &self.inner.evaluator;
         if r.key.binding_id.is_none() {
-            return Ok(evaluator.context(&subject(&own), None));
+            return Ok(evaluator.context(&own, None));
         }
         let stored = match instance {
             Some(_) => None,
@@ -42,8 +39,8 @@ impl Engine {
                 self.inner.store.get(&key).await?
             }
         };
-        let instance = instance.or(stored.as_ref()).unwrap_or(&own);
-        Ok(evaluator.context(&subject(instance), Some(&subject(&own))))
+        let instance = instance.or(stored.as_ref()).map_or(own, subject);
+        Ok(evaluator.context(&instance, Some(&own)))
     }
 
     /// Evaluates registry definitions for `r` in order, each seeing the values before it: for an
@@ -66,33 +63,23 @@ impl Engine {
         &self,
         instance: &Resource,
         binding: &Resource,
-    ) -> Result<Value, EvaluationError> {
+    ) -> Result<Map<String, Value>, EvaluationError> {
         let Some(template) = &binding.op.plan.credentials else {
-            return Ok(Value::Object(Default::default()));
+            return Ok(Map::new());
         };
         self.inner
             .evaluator
             .credentials(template, &subject(instance), &subject(binding))
-            .map(Value::Object)
     }
 
-    /// Dry-runs `template`, a plan's binding credentials, for `instance` before it exists: as a
-    /// binding with no parameters of its own would see them (id `probe`, the instance's plan
-    /// and registry). A provision whose credentials could never be valid is refused with this.
+    /// Dry-runs `template`, a plan's binding credentials, for `instance` before it exists (see
+    /// [`Evaluator::credentials_dry_run`](brokkr_blueprint::evaluate::Evaluator)).
     pub fn credentials_dry_run(
         &self,
         template: &Value,
         instance: &Resource,
-    ) -> Result<Value, EvaluationError> {
-        let binding = Subject {
-            id: "probe",
-            attrs: &Value::Object(Map::new()),
-            ..subject(instance)
-        };
-        self.inner
-            .evaluator
-            .credentials(template, &subject(instance), &binding)
-            .map(Value::Object)
+    ) -> Result<Map<String, Value>, EvaluationError> {
+        (self.inner.evaluator).credentials_dry_run(template, &subject(instance))
     }
 }
 
@@ -102,7 +89,8 @@ fn subject(r: &Resource) -> Subject<'_> {
         id: r.key.binding_id.as_deref().unwrap_or(&r.key.instance_id),
         service_id: &r.service_id,
         plan_id: &r.plan_id,
-        attrs: &r.attrs,
-        registry: &r.outputs["registry"],
+        parameters: r.attrs.parameters.as_ref(),
+        context: r.attrs.context.as_ref(),
+        registry: &r.outputs.registry,
     }
 }

@@ -4,6 +4,7 @@
 use tracing::{info, warn};
 
 use super::Engine;
+use super::failure::{Failure, RunError};
 use crate::metrics::OperationLabels;
 use crate::model::{Event, Key, OpKind, Resource, Status};
 use crate::now_ms;
@@ -11,21 +12,15 @@ use crate::store::{Finish, StoreError};
 
 impl Engine {
     /// The changes a successful operation makes, or why it cannot succeed.
-    pub(super) async fn complete(
-        &self,
-        r: &Resource,
-    ) -> Result<Result<Finish, String>, StoreError> {
+    pub(super) async fn complete(&self, r: &Resource) -> Result<Finish, RunError> {
         let ok = Finish::success;
-        Ok(Ok(match r.op.kind {
+        Ok(match r.op.kind {
             OpKind::Provision => ok("provisioned", Status::Ready),
             OpKind::Deprovision | OpKind::Unbind => {
                 // Keep only the steps this operation skipped: those of an earlier one were
                 // retried by this one.
                 let mut outputs = r.outputs.clone();
-                let current = outputs["skipped"]["op"] == r.op.id.as_str();
-                if let Some(map) = outputs.as_object_mut().filter(|_| !current) {
-                    map.remove("skipped");
-                }
+                outputs.keep_skipped_of(&r.op.id);
                 let done = match r.op.kind {
                     OpKind::Deprovision => "deprovisioned",
                     _ => "unbound",
@@ -37,8 +32,7 @@ impl Engine {
                 }
             }
             OpKind::Update => Finish {
-                plan_id: r.op.request["plan_id"].as_str().map(str::to_owned),
-                attrs: r.op.request.get("attrs").cloned(),
+                update: r.op.update.clone(),
                 ..ok("updated", Status::Ready)
             },
             OpKind::Bind => {
@@ -48,23 +42,20 @@ impl Engine {
                     .get(&Key::instance(&r.key.instance_id))
                     .await?;
                 let Some(instance) = instance.filter(|i| i.status == Status::Ready) else {
-                    return Ok(Err("the instance no longer exists".into()));
+                    return Err(Failure::InstanceGone.into());
                 };
-                let credentials = match self.credentials(&instance, r) {
-                    Ok(credentials) => credentials,
-                    Err(reason) => return Ok(Err(reason.to_string())),
-                };
+                let credentials = self
+                    .credentials(&instance, r)
+                    .map_err(Failure::Credentials)?;
                 let mut outputs = r.outputs.clone();
-                if let Err(reason) = self.publish(r, &credentials, &mut outputs).await? {
-                    return Ok(Err(reason));
-                }
-                outputs["credentials"] = credentials;
+                self.publish(r, &credentials, &mut outputs).await?;
+                outputs.credentials = Some(credentials);
                 Finish {
                     outputs: Some(outputs),
                     ..ok("bound", Status::Ready)
                 }
             }
-        }))
+        })
     }
 
     /// Saves the end of operation `op_id` of `r` — succeeded with the changes of `outcome`, or
@@ -73,18 +64,17 @@ impl Engine {
         &self,
         r: &Resource,
         op_id: &str,
-        outcome: Result<Finish, String>,
+        outcome: Result<Finish, Failure>,
     ) -> Result<(), StoreError> {
         self.forget_operation(op_id);
         let finish = outcome.unwrap_or_else(|reason| Finish {
             succeeded: false,
-            description: reason,
+            description: reason.to_string(),
             status: match r.op.kind {
                 OpKind::Provision | OpKind::Bind => Status::Failed,
                 OpKind::Update | OpKind::Deprovision | OpKind::Unbind => r.status,
             },
-            plan_id: None,
-            attrs: None,
+            update: None,
             outputs: None,
         });
         let kind = if finish.succeeded {

@@ -11,14 +11,12 @@
 
 use std::time::Duration;
 
-use brokkr_blueprint::Step;
-use serde_json::{Map, Value};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::steps::Outcome;
 use super::{Engine, EngineOptions, ms};
 use crate::metrics::{JanitorLabels, OrphanLabels};
-use crate::model::{Key, OpPlan, Operation, Orphan, OrphanContext, Resource, ResourceCopy};
+use crate::model::{Key, OpPlan, OpStep, Operation, Orphan, OrphanContext, Resource, ResourceCopy};
 use crate::now_ms;
 use crate::store::StoreError;
 
@@ -34,7 +32,7 @@ impl Engine {
         &self,
         r: &Resource,
         op: &Operation,
-        step: &Step,
+        step: &OpStep,
         reason: &str,
     ) -> Result<(), StoreError> {
         let instance = match &r.key.binding_id {
@@ -69,7 +67,7 @@ impl Engine {
         warn!(
             kind = op.kind.as_str(),
             step = %step.name,
-            target = step.target.as_deref().unwrap_or(""),
+            target = step.target().map_or("", |t| t.target.as_str()),
             %reason,
             "left behind: {}; retried in the background",
             leftover(step, reason)
@@ -105,10 +103,10 @@ impl Engine {
 
     /// The steps a finished deprovision or unbind of `r` skipped that are still left behind:
     /// what repeating it would run again.
-    pub async fn steps_left_behind(&self, r: &Resource) -> Result<Vec<Step>, StoreError> {
-        let skipped = skipped_steps(r);
+    pub async fn steps_left_behind(&self, r: &Resource) -> Result<Vec<OpStep>, StoreError> {
+        let skipped = r.outputs.skipped_steps();
         if skipped.is_empty() {
-            return Ok(skipped);
+            return Ok(Vec::new());
         }
         let orphans = self
             .inner
@@ -116,12 +114,13 @@ impl Engine {
             .list_orphans(Some(&r.key), DESCRIBED)
             .await?;
         Ok(skipped
-            .into_iter()
+            .iter()
             .filter(|s| {
                 orphans
                     .iter()
                     .any(|o| o.resource_created_at == r.created_at && o.step.name == s.name)
             })
+            .cloned()
             .collect())
     }
 
@@ -168,18 +167,18 @@ impl Engine {
         let inner = &self.inner;
         let result = match &orphan.context {
             Some(context) => self.rerun(&orphan, context).await,
-            None => Ok(Err("its context was not read".to_owned())),
+            None => Ok(Attempt::NotDone("its context was not read".to_owned())),
         };
         let owner = inner.owner.as_str();
         let (result, saved) = match result {
-            Ok(Ok(())) => {
+            Ok(Attempt::Done) => {
                 info!("a step left behind is done at last");
                 (
                     "resolved",
                     inner.store.remove_orphan(&orphan.id, owner).await,
                 )
             }
-            Ok(Err(reason)) => {
+            Ok(Attempt::NotDone(reason)) => {
                 let wait = backoff(&inner.options, orphan.attempts);
                 info!(attempts = orphan.attempts + 1, %reason, retry_in = ?wait,
                     "a step left behind failed again");
@@ -204,20 +203,15 @@ impl Engine {
         inner.metrics.janitor_attempts.get_or_create(&labels).inc();
     }
 
-    /// Runs an orphan's step against the copy of its resource: `Ok(Err(reason))` when it is
-    /// still not done.
-    async fn rerun(
-        &self,
-        orphan: &Orphan,
-        context: &OrphanContext,
-    ) -> Result<Result<(), String>, StoreError> {
+    /// Runs an orphan's step against the copy of its resource.
+    async fn rerun(&self, orphan: &Orphan, context: &OrphanContext) -> Result<Attempt, StoreError> {
         let inner = &self.inner;
         let plan = OpPlan {
             steps: vec![orphan.step.clone()],
             credentials: None,
         };
         let deadline = ms(inner.options.lease);
-        let op = Operation::new(orphan.op_kind, plan, Value::Null, deadline, &inner.owner, 0);
+        let op = Operation::new(orphan.op_kind, plan, None, deadline, &inner.owner, 0);
         let resource = restore(&orphan.key, &context.resource, orphan, op.clone());
         let instance = (context.instance.as_ref()).map(|i| {
             let key = Key::instance(&orphan.key.instance_id);
@@ -234,44 +228,30 @@ impl Engine {
             )
             .await?;
         Ok(match outcome {
-            Outcome::Done(_) | Outcome::Skip(_) => Ok(()),
-            Outcome::RetryAfter(_, reason) => Err(reason.unwrap_or_else(|| "not done yet".into())),
-            Outcome::Fail(reason) => Err(reason),
+            Outcome::Done(_) | Outcome::Skip(_) => Attempt::Done,
+            Outcome::RetryAfter(_, reason) => {
+                Attempt::NotDone(reason.unwrap_or_else(|| "not done yet".into()))
+            }
+            Outcome::Fail(reason) => Attempt::NotDone(reason.to_string()),
         })
     }
 }
 
-/// The list of steps operation `op_id` skipped, kept in a resource's outputs as
-/// `{"skipped": {"op": ID, "steps": [...]}}`; a list of another operation is replaced.
-pub(super) fn skipped_steps_mut<'a>(outputs: &'a mut Value, op_id: &str) -> &'a mut Vec<Value> {
-    if !outputs.is_object() {
-        *outputs = Value::Object(Map::new());
-    }
-    if outputs["skipped"]["op"] != op_id || !outputs["skipped"]["steps"].is_array() {
-        outputs["skipped"] = serde_json::json!({"op": op_id, "steps": []});
-    }
-    outputs["skipped"]["steps"]
-        .as_array_mut()
-        .expect("an array, just checked")
-}
-
-/// The steps a finished deprovision or unbind of `r` skipped, to try again.
-fn skipped_steps(r: &Resource) -> Vec<Step> {
-    r.outputs["skipped"]["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .filter_map(|s| serde_json::from_value(s.clone()).ok())
-                .collect()
-        })
-        .unwrap_or_default()
+/// What one more attempt at a step left behind gave.
+enum Attempt {
+    /// It is done at last.
+    Done,
+    /// Not yet, for this reason (never a secret).
+    NotDone(String),
 }
 
 /// How an orphaned step is named to users: the step, its target, and why it was left.
-fn leftover(step: &Step, reason: &str) -> String {
-    match &step.target {
-        Some(target) => format!("step '{}' on target {target} ({reason})", step.name),
+fn leftover(step: &OpStep, reason: &str) -> String {
+    match step.target() {
+        Some(action) => {
+            let target = &action.target;
+            format!("step '{}' on target {target} ({reason})", step.name)
+        }
         None => format!("step '{}' ({reason})", step.name),
     }
 }

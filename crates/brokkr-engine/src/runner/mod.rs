@@ -16,6 +16,7 @@
 //! - `target_step`: the `target` step kind and publishing a bind's credentials to targets;
 //! - `evaluate`: what templates see of an operation, registry values and credentials;
 //! - `finish`: ending an operation, and its events;
+//! - `failure`: why an operation fails or a step is skipped, as typed reasons;
 //! - `janitor`: steps a deprovision or unbind left behind, retried in the background.
 
 use std::collections::{HashMap, HashSet};
@@ -36,6 +37,7 @@ use crate::step::StepKind;
 use crate::store::Store;
 
 mod evaluate;
+mod failure;
 mod finish;
 mod janitor;
 mod steps;

@@ -9,14 +9,13 @@
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use brokkr_blueprint::Step;
 use serde_json::{Map, Value};
 use tracing::{Instrument, info, info_span, warn};
 
-use super::janitor::skipped_steps_mut;
+use super::failure::{Failure, RunError, Skip, StepFailure};
 use super::{Engine, ms};
 use crate::metrics::StepLabels;
-use crate::model::{Key, OpKind, Operation, Resource};
+use crate::model::{Action, Key, OpKind, OpStep, Operation, Resource};
 use crate::now_ms;
 use crate::step::{StepContext, StepOutcome};
 use crate::store::StoreError;
@@ -27,9 +26,10 @@ pub(super) enum Outcome {
     Done(Option<Map<String, Value>>),
     /// Run again after the wait; the reason, if any, is shown to the user.
     RetryAfter(Duration, Option<String>),
-    Fail(String),
+    /// Failed, and the operation with it.
+    Fail(StepFailure),
     /// Go on without it (condition false, optional step failed, non-blocking budget spent).
-    Skip(String),
+    Skip(Skip),
 }
 
 /// Default time a deprovision or unbind step may keep asking to be retried before it is skipped.
@@ -61,15 +61,19 @@ impl Engine {
                     .await;
             }
             if now >= op.deadline_at {
-                let at = op.plan.steps.get(op.step).map_or_else(
-                    || "while finishing".to_owned(),
-                    |s| format!("in step '{}'", s.name),
-                );
-                let reason = format!("{} timed out {at}", op.kind.as_str());
+                let step = op.plan.steps.get(op.step).map(|s| s.name.clone());
+                let reason = Failure::TimedOut {
+                    kind: op.kind,
+                    step,
+                };
                 return self.finish(resource, &op.id, Err(reason)).await;
             }
             let Some(step) = op.plan.steps.get(op.step) else {
-                let outcome = self.complete(resource).await?;
+                let outcome = match self.complete(resource).await {
+                    Err(RunError::Store(e)) => return Err(e),
+                    Err(RunError::Failed(reason)) => Err(reason),
+                    Ok(finish) => Ok(finish),
+                };
                 return self.finish(resource, &op.id, outcome).await;
             };
             if op.step_started_at.is_none() {
@@ -97,7 +101,7 @@ impl Engine {
                     self.step_waits(&resource.key, op, wait, reason, started, now)
                         .await?
                 }
-                Outcome::Fail(reason) => self.step_failed(resource, op, &reason).await?,
+                Outcome::Fail(reason) => self.step_failed(resource, op, reason).await?,
             };
             if let Next::Stop = next {
                 return Ok(());
@@ -124,7 +128,7 @@ impl Engine {
                 .await?;
         }
         if let Some(values) = produced {
-            add_to_registry(&mut resource.outputs, values);
+            resource.outputs.registry.extend(values);
             if !self.save_outputs(resource, &op.id).await? {
                 return Ok(Next::Stop); // superseded or taken over
             }
@@ -145,14 +149,14 @@ impl Engine {
         &self,
         resource: &mut Resource,
         op: &mut Operation,
-        reason: String,
+        reason: Skip,
         left_behind: bool,
         now: i64,
     ) -> Result<Next, StoreError> {
         let step = current(op);
+        let reason = reason.to_string();
         if left_behind {
-            let skipped = skipped_steps_mut(&mut resource.outputs, &op.id);
-            skipped.push(serde_json::to_value(step).expect("steps serialize"));
+            resource.outputs.skip(&op.id, step.clone());
             if !self.save_outputs(resource, &op.id).await? {
                 return Ok(Next::Stop); // superseded or taken over
             }
@@ -222,17 +226,16 @@ impl Engine {
         &self,
         resource: &Resource,
         op: &Operation,
-        reason: &str,
+        reason: StepFailure,
     ) -> Result<Next, StoreError> {
         let step = current(op);
-        let reason = format!("step '{}' failed: {reason}", step.name);
-        self.event(
-            &op.id,
-            "step_failed",
-            Some(&step.name),
-            Some(reason.clone()),
-        )
-        .await;
+        let reason = Failure::Step {
+            step: step.name.clone(),
+            reason,
+        };
+        let message = Some(reason.to_string());
+        self.event(&op.id, "step_failed", Some(&step.name), message)
+            .await;
         self.finish(resource, &op.id, Err(reason)).await?;
         Ok(Next::Stop)
     }
@@ -285,81 +288,75 @@ impl Engine {
         &self,
         r: &Resource,
         op: &Operation,
-        step: &Step,
+        step: &OpStep,
         started: i64,
         now: i64,
         instance: Option<&Resource>,
     ) -> Result<Outcome, StoreError> {
-        let context = if step.when.is_some() || step.run.is_some() || step.target.is_some() {
-            self.template_context(r, op, instance).await?
-        } else {
-            Value::Null
+        let context = match (&step.action, &step.when) {
+            (Action::Delay { .. }, None) => Value::Null,
+            _ => self.template_context(r, op, instance).await?,
         };
         if let Some(when) = &step.when {
             match self.inner.evaluator.condition(when, &context) {
                 Ok(true) => {}
-                Ok(false) => return Ok(Outcome::Skip("its condition is false".into())),
-                Err(e) => return Ok(Outcome::Fail(format!("condition: {e}"))),
+                Ok(false) => return Ok(Outcome::Skip(Skip::ConditionFalse)),
+                Err(e) => return Ok(Outcome::Fail(StepFailure::Condition(e))),
             }
         }
-        if let Some(delay) = step.delay {
-            let elapsed = u64::try_from(now - started).unwrap_or(0);
-            let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
-            return Ok(if remaining.is_zero() {
-                Outcome::Done(None)
-            } else {
-                Outcome::RetryAfter(remaining, None)
-            });
-        }
-        let result = if let Some(target) = &step.target {
-            let run = self.target_step(r, op.kind, step, target, &context, now - started);
-            futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await
-        } else {
-            let Some(name) = &step.run else {
-                return Ok(Outcome::Fail("the step has no action".into()));
-            };
-            let kind = self.inner.steps.read().expect("lock").get(name).cloned();
-            let Some(kind) = kind else {
-                return Ok(Outcome::Fail(format!(
-                    "no step kind named {name:?} is compiled into this broker"
-                )));
-            };
-            let with = match self.inner.evaluator.renderer.render(&step.with, &context) {
-                Ok(with) => with,
-                Err(e) => return Ok(Outcome::Fail(format!("with: {e}"))),
-            };
-            let ctx = StepContext {
-                op_kind: op.kind,
-                step: &step.name,
-                with: &with,
-                resource: r,
-                template_context: &context,
-                started_at: started,
-            };
-            futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await
+        let result = match &step.action {
+            Action::Delay { delay } => {
+                let elapsed = u64::try_from(now - started).unwrap_or(0);
+                let remaining = delay.saturating_sub(Duration::from_millis(elapsed));
+                return Ok(if remaining.is_zero() {
+                    Outcome::Done(None)
+                } else {
+                    Outcome::RetryAfter(remaining, None)
+                });
+            }
+            Action::Target(target) => {
+                let run = self.target_step(r, op.kind, step, target, &context, now - started);
+                futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await
+            }
+            Action::Run { run, with } => {
+                let kind = self.inner.steps.read().expect("lock").get(run).cloned();
+                let Some(kind) = kind else {
+                    return Ok(Outcome::Fail(StepFailure::UnknownKind(run.clone())));
+                };
+                let with = match self.inner.evaluator.renderer.render(with, &context) {
+                    Ok(with) => with,
+                    Err(e) => return Ok(Outcome::Fail(StepFailure::Render(format!("with: {e}")))),
+                };
+                let ctx = StepContext {
+                    op_kind: op.kind,
+                    step: &step.name,
+                    with: &with,
+                    resource: r,
+                    template_context: &context,
+                    started_at: started,
+                };
+                futures::FutureExt::catch_unwind(AssertUnwindSafe(kind.run(&ctx))).await
+            }
         };
         Ok(match result {
             Ok(StepOutcome::Done) => Outcome::Done(None),
             Ok(StepOutcome::Produced(values)) => {
-                let undeclared: Vec<&str> = values
+                let undeclared: Vec<String> = values
                     .keys()
                     .filter(|k| !step.outputs.contains(k))
-                    .map(String::as_str)
+                    .cloned()
                     .collect();
                 if undeclared.is_empty() {
                     Outcome::Done(Some(values))
                 } else {
-                    Outcome::Fail(format!(
-                        "produced registry values the step does not declare in `outputs`: {}",
-                        undeclared.join(", ")
-                    ))
+                    Outcome::Fail(StepFailure::Undeclared(undeclared))
                 }
             }
             Ok(StepOutcome::RetryAfter { after, reason }) => {
                 Outcome::RetryAfter(after, Some(reason))
             }
-            Ok(StepOutcome::Fail(reason)) => Outcome::Fail(reason),
-            Err(panic) => Outcome::Fail(format!("panicked: {}", panic_message(panic.as_ref()))),
+            Ok(StepOutcome::Fail(reason)) => Outcome::Fail(StepFailure::Refused(reason)),
+            Err(panic) => Outcome::Fail(StepFailure::Panicked(panic_message(panic.as_ref()))),
         })
     }
 }
@@ -369,7 +366,7 @@ impl Engine {
 /// skipped; a step that keeps asking to be retried past its budget is skipped by deprovision
 /// and unbind (which always have one) and fails other operations. The flag tells a step that
 /// deprovision or unbind skipped this way: it is left behind, unfinished.
-fn settle(kind: OpKind, step: &Step, outcome: Outcome, elapsed_ms: i64) -> (Outcome, bool) {
+fn settle(kind: OpKind, step: &OpStep, outcome: Outcome, elapsed_ms: i64) -> (Outcome, bool) {
     let teardown = kind.is_teardown();
     let budget = match teardown {
         true => Some(step.budget.unwrap_or(DEFAULT_BUDGET)),
@@ -377,16 +374,15 @@ fn settle(kind: OpKind, step: &Step, outcome: Outcome, elapsed_ms: i64) -> (Outc
     };
     match outcome {
         Outcome::Fail(reason) if step.optional || teardown => {
-            (Outcome::Skip(format!("failed: {reason}")), teardown)
+            (Outcome::Skip(Skip::Failed(reason)), teardown)
         }
         Outcome::RetryAfter(wait, reason) => match budget.filter(|b| elapsed_ms >= ms(*b)) {
             None => (Outcome::RetryAfter(wait, reason), false),
             Some(budget) => {
-                let last = reason.as_deref().unwrap_or("still waiting");
-                let reason = format!("gave up after {}: {last}", humantime_ms(budget));
+                let last = reason.unwrap_or_else(|| "still waiting".to_owned());
                 match teardown {
-                    true => (Outcome::Skip(reason), true),
-                    false => (Outcome::Fail(reason), false),
+                    true => (Outcome::Skip(Skip::GaveUp { budget, last }), true),
+                    false => (Outcome::Fail(StepFailure::GaveUp { budget, last }), false),
                 }
             }
         },
@@ -395,7 +391,7 @@ fn settle(kind: OpKind, step: &Step, outcome: Outcome, elapsed_ms: i64) -> (Outc
 }
 
 /// The step `op` is at; the loop handles an outcome only while there is one.
-fn current(op: &Operation) -> &Step {
+fn current(op: &Operation) -> &OpStep {
     &op.plan.steps[op.step]
 }
 
@@ -406,32 +402,10 @@ fn describe(op: &Operation, state: &str) -> String {
     format!("{kind}: step {}/{total} '{name}'{state}", op.step + 1)
 }
 
-/// Adds registry values a step produced to a resource's outputs.
-fn add_to_registry(outputs: &mut Value, values: Map<String, Value>) {
-    if !outputs.is_object() {
-        *outputs = Value::Object(Map::new());
-    }
-    let registry = &mut outputs["registry"];
-    if !registry.is_object() {
-        *registry = Value::Object(Map::new());
-    }
-    if let Value::Object(registry) = registry {
-        registry.extend(values);
-    }
-}
-
-fn step_labels(op: &Operation, step: &Step) -> StepLabels {
+fn step_labels(op: &Operation, step: &OpStep) -> StepLabels {
     StepLabels {
         kind: op.kind.as_str().to_owned(),
         step: step.name.clone(),
-    }
-}
-
-fn humantime_ms(d: Duration) -> String {
-    if d.as_millis().is_multiple_of(1000) {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
     }
 }
 

@@ -6,15 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brokkr_blueprint::Step;
 use brokkr_blueprint::evaluate::EvaluationError;
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Map, Value};
 
+use super::failure::{Failure, RunError};
 use super::{Engine, REDO_AFTER};
-use crate::model::{OpKind, Resource};
+use crate::model::{OpKind, OpStep, Resource, TargetAction};
 use crate::step::StepOutcome;
-use crate::store::StoreError;
 
 /// Why a `target` step stops before its end.
 enum Halt {
@@ -64,12 +63,12 @@ impl Engine {
         &self,
         r: &Resource,
         kind: OpKind,
-        step: &Step,
-        name: &str,
+        step: &OpStep,
+        action: &TargetAction,
         context: &Value,
         elapsed_ms: i64,
     ) -> StepOutcome {
-        let outcome = self.act_on_target(r, kind, step, name, context).await;
+        let outcome = self.act_on_target(r, kind, step, action, context).await;
         if !matches!(outcome, Err(Halt::Retry(_) | Halt::Watched(_))) {
             self.forget_done(&r.op.id, &step.name);
         }
@@ -126,18 +125,18 @@ impl Engine {
         &self,
         r: &Resource,
         kind: OpKind,
-        step: &Step,
-        name: &str,
+        step: &OpStep,
+        action: &TargetAction,
         context: &Value,
     ) -> Result<Map<String, Value>, Halt> {
         let evaluator = &self.inner.evaluator;
-        let target = self.target(step, name, context).map_err(Halt::Fail)?;
-        let resources = (evaluator.resources(&step.templates, context)).map_err(unrendered)?;
+        let target = self.target(action, context).map_err(Halt::Fail)?;
+        let resources = (evaluator.resources(&action.templates, context)).map_err(unrendered)?;
         let scope = &scope(r, step, context);
         if kind.is_teardown() {
             // What an earlier run of this step deleted is gone: not asked again.
             let mut gone = self.done_before(&r.op.id, &step.name);
-            if let Some(secret) = &step.secret {
+            if let Some(secret) = &action.secret {
                 let name = self.secret_name(secret, context).map_err(Halt::Fail)?;
                 let credentials = serde_json::json!({"credentials": name});
                 if !gone.contains(&credentials) {
@@ -188,8 +187,8 @@ impl Engine {
                 Readiness::Waiting(reason) => return Err(Halt::Retry(reason)),
             }
         }
-        let checks = (evaluator.resources(&step.readiness, context)).map_err(unrendered)?;
-        let reads = (evaluator.resources(&step.read, context)).map_err(unrendered)?;
+        let checks = (evaluator.resources(&action.readiness, context)).map_err(unrendered)?;
+        let reads = (evaluator.resources(&action.read, context)).map_err(unrendered)?;
         for check in &checks {
             ready(target.check(check, scope).await?)?;
         }
@@ -200,10 +199,11 @@ impl Engine {
         Ok(values)
     }
 
-    /// The target a step acts on: the configured target `name`, or, for a step with `server`,
-    /// one of kind `name` on the server it renders.
-    fn target(&self, step: &Step, name: &str, context: &Value) -> Result<Arc<dyn Target>, String> {
-        match &step.server {
+    /// The target a step acts on: the configured target it names, or, for a step with
+    /// `server`, one of that kind on the server it renders.
+    fn target(&self, action: &TargetAction, context: &Value) -> Result<Arc<dyn Target>, String> {
+        let name = &action.target;
+        match &action.server {
             None => self.configured(name).cloned(),
             Some(server) => (self.inner.evaluator.renderer.render(server, context))
                 .map_err(|e| format!("server: {e}"))
@@ -233,50 +233,47 @@ impl Engine {
     pub(super) async fn publish(
         &self,
         r: &Resource,
-        credentials: &Value,
-        outputs: &mut Value,
-    ) -> Result<Result<(), String>, StoreError> {
-        let steps: Vec<&Step> =
-            r.op.plan
-                .steps
-                .iter()
-                .filter(|s| s.secret.is_some())
-                .collect();
+        credentials: &Map<String, Value>,
+        outputs: &mut crate::model::Outputs,
+    ) -> Result<(), RunError> {
+        let steps: Vec<(&OpStep, &TargetAction, &Value)> = (r.op.plan.steps.iter())
+            .filter_map(|step| {
+                let action = step.target()?;
+                Some((step, action, action.secret.as_ref()?))
+            })
+            .collect();
         if steps.is_empty() {
-            return Ok(Ok(()));
+            return Ok(());
         }
         let context = self.template_context(r, &r.op, None).await?;
-        let empty = Map::new();
-        let credentials = credentials.as_object().unwrap_or(&empty);
         let mut published = Vec::new();
-        for step in steps {
-            let (Some(secret), Some(name)) = (&step.secret, &step.target) else {
-                continue;
-            };
-            let target = match self.configured(name) {
-                Ok(target) => target,
-                Err(reason) => return Ok(Err(reason)),
-            };
-            let at = match self.secret_name(secret, &context) {
-                Ok(secret_name) => (target)
-                    .publish_credentials(&secret_name, credentials, &scope(r, step, &context))
-                    .await
-                    .map_err(|e| e.to_string()),
+        for (step, action, secret) in steps {
+            let at = match self.configured(&action.target) {
+                Ok(target) => match self.secret_name(secret, &context) {
+                    Ok(secret_name) => (target)
+                        .publish_credentials(&secret_name, credentials, &scope(r, step, &context))
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(reason) => Err(reason),
+                },
                 Err(reason) => Err(reason),
             };
             match at {
                 Ok(at) => published.push(at),
-                Err(reason) => return Ok(Err(format!("step '{}': {reason}", step.name))),
+                Err(reason) => {
+                    let step = step.name.clone();
+                    return Err(Failure::Publish { step, reason }.into());
+                }
             }
         }
-        outputs["secrets"] = Value::Array(published);
-        Ok(Ok(()))
+        outputs.secrets = published;
+        Ok(())
     }
 }
 
 /// Where a `target` step of `r` acts, seen through its template context: an update's steps act
 /// for the plan it moves to.
-fn scope<'a>(r: &'a Resource, step: &'a Step, context: &'a Value) -> Scope<'a> {
+fn scope<'a>(r: &'a Resource, step: &'a OpStep, context: &'a Value) -> Scope<'a> {
     Scope {
         instance_id: &r.key.instance_id,
         binding_id: r.key.binding_id.as_deref(),

@@ -10,10 +10,9 @@ mod sql;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::Value;
 
 use crate::crypto::Keyring;
-use crate::model::{Event, Key, OpKind, Operation, Orphan, Resource, Status};
+use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status, Update};
 
 pub use sql::{Migration, SCHEMA_VERSION, SqlStore, migrations};
 
@@ -90,12 +89,10 @@ pub struct Finish {
     pub description: String,
     /// The resource's new status.
     pub status: Status,
-    /// New plan, for updates.
-    pub plan_id: Option<String>,
-    /// New attributes, for updates.
-    pub attrs: Option<Value>,
-    /// New outputs, for binds.
-    pub outputs: Option<Value>,
+    /// For updates: the instance's new plan and attributes.
+    pub update: Option<Update>,
+    /// New outputs (a bind's credentials, a teardown's skipped steps).
+    pub outputs: Option<Outputs>,
 }
 
 impl Finish {
@@ -105,8 +102,7 @@ impl Finish {
             succeeded: true,
             description: description.to_owned(),
             status,
-            plan_id: None,
-            attrs: None,
+            update: None,
             outputs: None,
         }
     }
@@ -127,7 +123,7 @@ pub trait Store: Send + Sync {
     async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
 
     /// Reads a resource's status and operations only — what `last_operation` answers with:
-    /// its `attrs`, `outputs` and operation request are `null` and its operation's plan empty,
+    /// its `attrs`, `outputs` and operation's update are empty and its operation's plan too,
     /// so nothing is decrypted.
     async fn get_status(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
 
@@ -161,7 +157,7 @@ pub trait Store: Send + Sync {
         key: &Key,
         op_id: &str,
         owner: &str,
-        outputs: &serde_json::Value,
+        outputs: &Outputs,
     ) -> Result<bool, StoreError>;
 
     /// Ends an operation held by `owner` and appends `events` to its log, together. A

@@ -15,7 +15,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::{Keyring, is_sealed};
 use crate::model::{
-    Event, Key, OpKind, OpPlan, Operation, Orphan, PreviousOperation, Resource, Status,
+    Event, Key, OpKind, OpPlan, Operation, Orphan, Outputs, PreviousOperation, Resource, Status,
 };
 
 mod orphans;
@@ -266,7 +266,7 @@ impl SqlStore {
             op.kind.as_str().into(),
             op.state.as_str().into(),
             op.description.clone().into(),
-            self.seal(key, "op_request", &op.request).into(),
+            self.seal(key, "op_request", &op.update).into(),
             serde_json::to_string(&op.plan)
                 .expect("plans serialize")
                 .into(),
@@ -354,8 +354,8 @@ impl SqlStore {
     }
 
     /// The text stored for a secret-bearing JSON column of `key`.
-    fn seal(&self, key: &Key, column: &str, value: &serde_json::Value) -> String {
-        let json = value.to_string();
+    fn seal(&self, key: &Key, column: &str, value: &impl serde::Serialize) -> String {
+        let json = serde_json::to_string(value).expect("stored values serialize");
         match &self.keyring {
             Some(ring) => ring.seal(&json, &seal_context(key, column)),
             None => json,
@@ -433,23 +433,35 @@ impl SqlStore {
             key: key.to_string(),
             message,
         };
-        let json = |col: &str| -> Result<serde_json::Value, StoreError> {
+        // The columns that need parsing, decrypted first where sealed; left empty for
+        // `status_only`.
+        let text = |col: &str| -> Result<Option<String>, StoreError> {
             if status_only {
-                return Ok(serde_json::Value::Null);
+                return Ok(None);
             }
-            let mut text: String = row.column(col)?;
-            if SEALED_COLUMNS.contains(&col) {
-                text = self.open(&key, col, text)?;
+            let text: String = row.column(col)?;
+            match SEALED_COLUMNS.contains(&col) {
+                true => self.open(&key, col, text).map(Some),
+                false => Ok(Some(text)),
             }
-            serde_json::from_str(&text).map_err(|e| corrupt(format!("{col}: {e}")))
         };
+        fn parse<T: serde::de::DeserializeOwned + Default>(
+            col: &str,
+            text: Option<String>,
+        ) -> Result<T, String> {
+            match text {
+                None => Ok(T::default()),
+                Some(text) => serde_json::from_str(&text).map_err(|e| format!("{col}: {e}")),
+            }
+        }
         let status: String = row.column("status")?;
         let kind: String = row.column("op_kind")?;
         let state: String = row.column("op_state")?;
-        let plan = match status_only {
-            true => OpPlan::default(),
-            false => serde_json::from_value(json("op_plan")?)
-                .map_err(|e| corrupt(format!("op_plan: {e}")))?,
+        let plan: OpPlan = parse("op_plan", text("op_plan")?).map_err(corrupt)?;
+        // Operations other than updates store `null` (`{}` before updates were typed).
+        let update = match text("op_request")? {
+            Some(text) if text != "{}" => parse("op_request", Some(text)).map_err(corrupt)?,
+            _ => None,
         };
         let op = Operation {
             id: row.column("op_id")?,
@@ -457,7 +469,7 @@ impl SqlStore {
             state: OperationState::parse(&state)
                 .ok_or_else(|| corrupt(format!("op_state {state:?}")))?,
             description: row.column("op_description")?,
-            request: json("op_request")?,
+            update,
             plan,
             step: usize::try_from(row.column::<i64>("op_step")?).unwrap_or(usize::MAX),
             step_started_at: row.column("op_step_started_at")?,
@@ -483,9 +495,9 @@ impl SqlStore {
             previous,
             service_id: row.column("service_id")?,
             plan_id: row.column("plan_id")?,
-            attrs: json("attrs")?,
+            attrs: parse("attrs", text("attrs")?).map_err(corrupt)?,
             status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status:?}")))?,
-            outputs: json("outputs")?,
+            outputs: parse("outputs", text("outputs")?).map_err(corrupt)?,
             dashboard_url: row.column("dashboard_url")?,
             op,
             created_at: row.column("created_at")?,
@@ -716,7 +728,7 @@ impl Store for SqlStore {
         key: &Key,
         op_id: &str,
         owner: &str,
-        outputs: &serde_json::Value,
+        outputs: &Outputs,
     ) -> Result<bool, StoreError> {
         let sql = "UPDATE brokkr_resources SET outputs = $1 \
              WHERE instance_id = $2 AND binding_id = $3 AND op_id = $4 \
@@ -758,8 +770,10 @@ impl Store for SqlStore {
                 f.description.as_str().into(),
                 now.into(),
                 f.status.as_str().into(),
-                f.plan_id.clone().into(),
-                f.attrs.as_ref().map(|v| self.seal(key, "attrs", v)).into(),
+                f.update.as_ref().map(|u| u.plan_id.clone()).into(),
+                (f.update.as_ref())
+                    .map(|u| self.seal(key, "attrs", &u.attrs))
+                    .into(),
                 f.outputs
                     .as_ref()
                     .map(|v| self.seal(key, "outputs", v))

@@ -128,7 +128,7 @@ fn mask_values(value: &mut Value, secrets: &[String]) {
 }
 
 /// The secret registry values of `registry` as they may appear in rendered text.
-fn secret_values(registry: &Value, keys: &[&str]) -> Vec<String> {
+fn secret_values(registry: &Map<String, Value>, keys: &[&str]) -> Vec<String> {
     let mut out: Vec<String> = keys
         .iter()
         .filter_map(|k| registry.get(*k))
@@ -231,14 +231,15 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
     let evaluator = Evaluator::new(renderer, target_facts(&config.targets));
     let params = crate::config::parameters(args.params.as_deref())?;
     check(entry.instance_create_schema.as_ref(), &params, "provision")?;
-    let attrs = json!({ "parameters": params });
     let blueprint = &entry.blueprint;
+    let nothing = Map::new();
     let mut instance = Subject {
         id: &args.instance_id,
         service_id: &entry.service.id,
         plan_id: &entry.plan.id,
-        attrs: &attrs,
-        registry: &Value::Null,
+        parameters: params.as_object(),
+        context: None,
+        registry: &nothing,
     };
     let mut instance_registry =
         evaluator.registry(&blueprint.instance.registry, &instance, None)?;
@@ -255,7 +256,6 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             instance_registry.entry(key.clone()).or_insert(placeholder);
         }
     }
-    let instance_registry = Value::Object(instance_registry);
     instance.registry = &instance_registry;
     let mut documents = Vec::new();
     let mut secrets = secret_keys(&blueprint.instance.registry);
@@ -264,7 +264,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
     );
     if args.show_registry {
         let shown = masked(
-            instance_registry.as_object().expect("a map"),
+            &instance_registry,
             |k| secrets.contains(&k),
             args.show_secrets,
         );
@@ -292,25 +292,19 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
             .ok_or_else(|| anyhow!("plan {:?} is not bindable", entry.plan.name))?;
         let bind_params = crate::config::parameters(args.binding_params.as_deref())?;
         check(entry.binding_create_schema.as_ref(), &bind_params, "bind")?;
-        let bind_attrs = json!({ "parameters": bind_params });
         let mut binding = Subject {
             id: &args.binding_id,
-            attrs: &bind_attrs,
-            registry: &Value::Null,
+            parameters: bind_params.as_object(),
+            registry: &nothing,
             ..instance
         };
         let registry =
             evaluator.registry(&binding_blueprint.registry, &instance, Some(&binding))?;
-        let registry = Value::Object(registry);
         binding.registry = &registry;
         let mut secrets = secrets.clone();
         secrets.extend(secret_keys(&binding_blueprint.registry));
         if args.show_registry {
-            let shown = masked(
-                registry.as_object().expect("a map"),
-                |k| secrets.contains(&k),
-                args.show_secrets,
-            );
+            let shown = masked(&registry, |k| secrets.contains(&k), args.show_secrets);
             documents.push(document(
                 &format!("registry of binding {}", args.binding_id),
                 &shown,

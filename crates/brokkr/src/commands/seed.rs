@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use brokkr_blueprint::Phase;
 use brokkr_engine::store::{Created, Finish};
-use brokkr_engine::{Key, OpKind, OpPlan, Operation, Resource, Status, Store};
+use brokkr_engine::{Attrs, Key, OpKind, OpPlan, Operation, Resource, Status, Store};
+use brokkr_osb::MaintenanceInfo;
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Owner of the operations the seeder creates and finishes.
 const SEED_OWNER: &str = "brokkr-seed";
@@ -47,11 +47,11 @@ pub struct SeedArgs {
 }
 
 /// The instance the seeder writes as `seed-<n>`, with a running provision operation.
-fn instance(n: u64, args: &SeedArgs, plan: &OpPlan, attrs: &Value) -> Resource {
+fn instance(n: u64, args: &SeedArgs, plan: &OpPlan, attrs: &Attrs) -> Resource {
     let op = Operation::new(
         OpKind::Provision,
         plan.clone(),
-        json!({}),
+        None,
         24 * 3600 * 1000,
         SEED_OWNER,
         3600 * 1000,
@@ -86,14 +86,18 @@ pub async fn run(args: SeedArgs) -> Result<()> {
     let entry = config
         .plan(&args.service_id, &args.plan_id)
         .with_context(|| format!("no plan {} of service {}", args.plan_id, args.service_id))?;
-    let plan = OpPlan {
-        steps: entry.instance_steps(Phase::Provision),
-        credentials: None,
+    let plan = OpPlan::configured(Some(entry), OpKind::Provision)?;
+    let parameters =
+        json!({"credentials": {"type": "postgresql", "host": "db.example.com", "port": 5432}});
+    let attrs = Attrs {
+        parameters: parameters.as_object().cloned(),
+        // Instances keep the version only.
+        maintenance_info: (entry.plan.maintenance_info.clone()).map(|m| MaintenanceInfo {
+            description: None,
+            ..m
+        }),
+        ..Attrs::default()
     };
-    let attrs = json!({
-        "parameters": {"credentials": {"type": "postgresql", "host": "db.example.com", "port": 5432}},
-        "maintenance_info": entry.plan.maintenance_info.as_ref().map(|m| json!({"version": m.version})),
-    });
     let keyring = crate::secrets::keyring(&args.keys, &args.store, true)?;
     let store = brokkr_engine::connect(&args.store, keyring)
         .await

@@ -1,9 +1,17 @@
 //! What the store keeps: resources (instances and bindings), each with its current operation.
+//!
+//! - this module: [`Resource`], [`Operation`], their states and event log, and [`Orphan`]s;
+//! - `plan`: what an operation runs, [`OpPlan`] and its [`OpStep`]s;
+//! - `state`: a resource's [`Attrs`] and [`Outputs`], and the [`Update`] an update makes.
 
-use brokkr_blueprint::Step;
 use brokkr_osb::OperationState;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+mod plan;
+mod state;
+
+pub use plan::{Action, OpPlan, OpStep, PlanError, TargetAction};
+pub use state::{Attrs, Outputs, Skipped, Update};
 
 /// Identifies an instance (`binding_id` is `None`) or one of its bindings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -80,18 +88,6 @@ impl Status {
 /// The kind of an operation: the blueprint phase whose steps it runs.
 pub use brokkr_blueprint::Phase as OpKind;
 
-/// What an operation will do, fixed when it starts: a later configuration change does not alter
-/// a running operation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OpPlan {
-    /// The steps, in order.
-    #[serde(default)]
-    pub steps: Vec<Step>,
-    /// For binds: the credentials template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials: Option<Value>,
-}
-
 /// The current (or last) operation of a resource.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operation {
@@ -103,8 +99,8 @@ pub struct Operation {
     pub state: OperationState,
     /// For the user: what is happening, or why it failed.
     pub description: Option<String>,
-    /// For updates: the requested plan, parameters, maintenance version and context.
-    pub request: Value,
+    /// For updates: the plan and attributes the instance moves to.
+    pub update: Option<Update>,
     /// The steps it runs.
     pub plan: OpPlan,
     /// Index of the next step to run.
@@ -130,7 +126,7 @@ impl Operation {
     pub fn new(
         kind: OpKind,
         plan: OpPlan,
-        request: Value,
+        update: Option<Update>,
         deadline_ms: i64,
         owner: &str,
         lease_ms: i64,
@@ -150,7 +146,7 @@ impl Operation {
             kind,
             state: OperationState::InProgress,
             description: Some(description),
-            request,
+            update,
             plan,
             step: 0,
             step_started_at: None,
@@ -189,12 +185,12 @@ pub struct Resource {
     pub service_id: String,
     /// The plan.
     pub plan_id: String,
-    /// The request attributes that define it: `parameters`, `context`, `maintenance_info`, …
-    pub attrs: Value,
+    /// The request attributes that define it.
+    pub attrs: Attrs,
     /// Its life stage.
     pub status: Status,
-    /// What its operations produced (a binding's `credentials`).
-    pub outputs: Value,
+    /// What its operations produced: registry values, a binding's credentials.
+    pub outputs: Outputs,
     /// The instance's dashboard.
     pub dashboard_url: Option<String>,
     /// Its current or last operation.
@@ -209,14 +205,14 @@ pub struct Resource {
 
 impl Resource {
     /// A resource being created by its first operation, `op`.
-    pub fn new(key: Key, service_id: &str, plan_id: &str, attrs: Value, op: Operation) -> Self {
+    pub fn new(key: Key, service_id: &str, plan_id: &str, attrs: Attrs, op: Operation) -> Self {
         Self {
             key,
             service_id: service_id.to_owned(),
             plan_id: plan_id.to_owned(),
             attrs,
             status: Status::Creating,
-            outputs: Value::Object(Default::default()),
+            outputs: Outputs::default(),
             dashboard_url: None,
             op,
             previous: None,
@@ -258,7 +254,7 @@ pub struct Orphan {
     /// The operation that last skipped the step.
     pub op_id: String,
     /// The skipped step, as its operation had it.
-    pub step: Step,
+    pub step: OpStep,
     /// What the step's templates see; `None` when read for a listing.
     pub context: Option<OrphanContext>,
     /// When the step was first left behind (ms).
@@ -287,10 +283,10 @@ pub struct ResourceCopy {
     pub service_id: String,
     /// The plan.
     pub plan_id: String,
-    /// The request attributes (`parameters`, `context`, …).
-    pub attrs: Value,
+    /// The request attributes.
+    pub attrs: Attrs,
     /// The resource's outputs (its registry).
-    pub outputs: Value,
+    pub outputs: Outputs,
 }
 
 impl ResourceCopy {
