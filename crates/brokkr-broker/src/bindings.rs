@@ -15,7 +15,8 @@ use tracing::info;
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, wait_sync,
+    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
+    teardown_running, wait_sync,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -306,38 +307,10 @@ async fn unbind(
             )));
         }
         if current.op.in_progress() && current.op.kind == OpKind::Unbind {
-            if accepts_incomplete {
-                return Ok(accepted(&current.op));
-            }
-            let done = wait_sync(&broker, &key, &current.op).await?;
-            return match done {
-                Some(r) if r.status != Status::Deleted => Err(ApiError::concurrency(format!(
-                    "binding {binding_id} is being unbound"
-                ))),
-                _ => Ok(json_response(StatusCode::OK, &json!({}))),
-            };
+            let busy = format!("binding {binding_id} is being unbound");
+            return teardown_running(&broker, &key, &current.op, accepts_incomplete, busy).await;
         }
-        let config = broker.config();
-        let entry = config.plan(&current.service_id, &current.plan_id);
-        let steps = match retry.is_empty() {
-            true => Steps::Configured,
-            false => Steps::LeftBehind(retry),
-        };
-        let op = new_operation(
-            &broker,
-            entry.map(|e| e.as_ref()),
-            OpKind::Unbind,
-            steps,
-            None,
-        )?;
-        if !op.plan.steps.is_empty() && !accepts_incomplete {
-            return Err(ApiError::async_required());
-        }
-        // An unbind during a bind halts the bind and removes what it made.
-        let status = match current.status {
-            Status::Deleted => NewStatus::Set(Status::Deleted),
-            _ => NewStatus::HaltCreation,
-        };
+        let (op, status) = teardown(&broker, &current, OpKind::Unbind, retry, accepts_incomplete)?;
         if store.start(&key, &current.op.id, &op, status).await? {
             info!(instance_id, binding_id, operation = %op.id, "unbinding");
             let r = Resource { op, ..current };

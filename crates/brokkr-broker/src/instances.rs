@@ -20,7 +20,8 @@ use tracing::info;
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, wait_sync,
+    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
+    teardown_running, wait_sync,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -499,15 +500,10 @@ async fn deprovision(
         }
         if current.op.in_progress() {
             match current.op.kind {
-                OpKind::Deprovision if accepts_incomplete => return Ok(accepted(&current.op)),
                 OpKind::Deprovision => {
-                    let done = wait_sync(&broker, &key, &current.op).await?;
-                    return match done {
-                        Some(r) if r.status != Status::Deleted => Err(ApiError::concurrency(
-                            format!("instance {instance_id} is being deprovisioned"),
-                        )),
-                        _ => Ok(json_response(StatusCode::OK, &json!({}))),
-                    };
+                    let busy = format!("instance {instance_id} is being deprovisioned");
+                    let op = &current.op;
+                    return teardown_running(&broker, &key, op, accepts_incomplete, busy).await;
                 }
                 OpKind::Provision => {} // halted: the deprovision replaces it
                 _ => {
@@ -518,26 +514,8 @@ async fn deprovision(
                 }
             }
         }
-        let config = broker.config();
-        let entry = config.plan(&current.service_id, &current.plan_id);
-        let steps = match retry.is_empty() {
-            true => Steps::Configured,
-            false => Steps::LeftBehind(retry),
-        };
-        let op = new_operation(
-            &broker,
-            entry.map(|e| e.as_ref()),
-            OpKind::Deprovision,
-            steps,
-            None,
-        )?;
-        if !op.plan.steps.is_empty() && !accepts_incomplete {
-            return Err(ApiError::async_required());
-        }
-        let status = match current.status {
-            Status::Deleted => NewStatus::Set(Status::Deleted),
-            _ => NewStatus::HaltCreation,
-        };
+        let kind = OpKind::Deprovision;
+        let (op, status) = teardown(&broker, &current, kind, retry, accepts_incomplete)?;
         if broker
             .engine
             .store()

@@ -6,6 +6,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use brokkr_blueprint::PlanEntry;
+use brokkr_engine::store::NewStatus;
 use brokkr_engine::{Key, OpKind, OpPlan, OpStep, Operation, PlanError, Resource, Status, Update};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{AsyncResponse, LastOperation};
@@ -62,6 +63,52 @@ pub(crate) fn new_operation(
         broker.engine.owner(),
         broker.engine.lease_ms(),
     ))
+}
+
+/// A new deprovision or unbind of `current` (`kind`): the steps its plan gives, or only
+/// `retry`, those an earlier one left behind; refused when it has steps and the platform does
+/// not accept asynchronous operations. With the status it starts with: one that comes during
+/// the provision or bind halts it and removes what it made.
+pub(crate) fn teardown(
+    broker: &Broker,
+    current: &Resource,
+    kind: OpKind,
+    retry: Vec<OpStep>,
+    accepts_incomplete: bool,
+) -> Result<(Operation, NewStatus), ApiError> {
+    let config = broker.config();
+    let entry = config.plan(&current.service_id, &current.plan_id);
+    let steps = match retry.is_empty() {
+        true => Steps::Configured,
+        false => Steps::LeftBehind(retry),
+    };
+    let op = new_operation(broker, entry.map(|e| e.as_ref()), kind, steps, None)?;
+    if !op.plan.steps.is_empty() && !accepts_incomplete {
+        return Err(ApiError::async_required());
+    }
+    let status = match current.status {
+        Status::Deleted => NewStatus::Set(Status::Deleted),
+        _ => NewStatus::HaltCreation,
+    };
+    Ok((op, status))
+}
+
+/// The answer to a deprovision or unbind repeated while the first one, `op`, runs: its
+/// operation to poll, or for a synchronous request its end (`busy` if it ends otherwise).
+pub(crate) async fn teardown_running(
+    broker: &Broker,
+    key: &Key,
+    op: &Operation,
+    accepts_incomplete: bool,
+    busy: String,
+) -> ApiResult {
+    if accepts_incomplete {
+        return Ok(accepted(op));
+    }
+    match wait_sync(broker, key, op).await? {
+        Some(r) if r.status != Status::Deleted => Err(ApiError::concurrency(busy)),
+        _ => Ok(json_response(StatusCode::OK, &serde_json::json!({}))),
+    }
 }
 
 /// Runs a freshly started operation: inline for synchronous plans (returning the resource as it
