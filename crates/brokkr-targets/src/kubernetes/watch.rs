@@ -4,15 +4,21 @@
 //! A watch that cannot be opened (no `watch` permission, a server that refuses) or that breaks
 //! ends the wait early: the caller answers `waiting` and the engine asks again later, so a
 //! missing permission costs latency, never correctness.
+//!
+//! The target judges an object by its kind's readiness rule here, and watches one that is not
+//! ready yet.
 
 use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use kube::api::{Api, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::{Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use tracing::debug;
+
+use super::{Kubernetes, Located, readiness};
+use crate::{Readiness, TargetError};
 
 /// How long one watch lasts by default before the call answers `waiting`.
 pub(super) const WATCH_FOR: Duration = Duration::from_secs(10);
@@ -81,4 +87,56 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     matches!(watch_one(api, object, limit, |_| false).await, Seen::Gone)
+}
+
+impl Kubernetes {
+    /// Whether `live` is ready by its kind's rule; one that is not is watched (see
+    /// [`Self::await_change`]).
+    pub(super) async fn judge(
+        &self,
+        at: &Located,
+        kind: &str,
+        live: &DynamicObject,
+    ) -> Result<Readiness, TargetError> {
+        let object = serde_json::to_value(live).unwrap_or_default();
+        match readiness::builtin(kind, &object).map_err(|e| self.invalid(e))? {
+            Readiness::Waiting(reason) => self.await_change(at, kind, live, reason).await,
+            ready => Ok(ready),
+        }
+    }
+
+    /// Watches `live` (one object, from the version just read) for up to `watch_for` and
+    /// answers as soon as a change makes it ready; else what it still waits for.
+    pub(super) async fn await_change(
+        &self,
+        at: &Located,
+        kind: &str,
+        live: &DynamicObject,
+        mut waiting: String,
+    ) -> Result<Readiness, TargetError> {
+        let mut invalid = None;
+        let seen = watch_one(&at.api, live, self.watch_for, |object| {
+            let object = serde_json::to_value(object).unwrap_or_default();
+            match readiness::builtin(kind, &object) {
+                Ok(Readiness::Waiting(reason)) => {
+                    waiting = reason;
+                    false
+                }
+                Ok(Readiness::Ready) => true,
+                Err(e) => {
+                    invalid = Some(e);
+                    true
+                }
+            }
+        })
+        .await;
+        if let Some(e) = invalid {
+            return Err(self.invalid(e));
+        }
+        Ok(match seen {
+            Seen::Wanted(_) => Readiness::Ready,
+            Seen::Gone => Readiness::Waiting(format!("{} was deleted", at.what)),
+            Seen::Nothing => Readiness::Waiting(waiting),
+        })
+    }
 }

@@ -1,0 +1,24 @@
+//! The Kubernetes catalogs end to end through the OSB API: provision, readiness, bind (a
+//! servicebinding.io Secret), update, unbind and deprovision of the catalogs/manifests PostgreSQL
+//! plan and of a catalogs/kubedb plan.
+//!
+//! The fast tests run against the in-memory fake API server. The `#[ignore]`d ones run the same
+//! flows against a real cluster (`BROKKR_E2E_KUBECONFIG=… cargo test -p brokkr-broker --test
+//! kubernetes -- --ignored`) that needs only kube-apiserver, etcd and kube-controller-manager: with
+//! no kubelet, Pods stay Pending, so the tests set the status readiness waits for (a Pod's Ready
+//! condition, a KubeDB resource's phase) and create what KubeDB would (its auth Secret).
+//!
+//! One module per flow: `manifests` and `kubedb` (the two catalogs' lifecycles), `namespaces`
+//! (the namespace policies) and `requests` (what brokkr asks of the API server). `cluster` is
+//! the fake or real cluster a flow runs against, `support` the broker and the helpers the flows
+//! share.
+
+#[path = "../harness/mod.rs"]
+mod harness;
+
+mod cluster;
+mod kubedb;
+mod manifests;
+mod namespaces;
+mod requests;
+mod support;

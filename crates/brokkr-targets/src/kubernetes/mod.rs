@@ -1,0 +1,484 @@
+//! The `kubernetes` target: a plan's resources are Kubernetes objects of any kind (CRDs too).
+//!
+//! Each rendered resource is a full manifest (`apiVersion`, `kind`, `metadata.name`, …). brokkr
+//! resolves its kind by discovery, places it in the namespace the target's policy gives
+//! (`fixed`, `from-context` or `per-instance`), labels it and applies it server-side with the
+//! field manager `brokkr`:
+//!
+//! | label | value |
+//! |---|---|
+//! | `app.kubernetes.io/managed-by` | `brokkr` |
+//! | `brokkr.dev/instance-id`, `brokkr.dev/binding-id` | the ids (hashed when not a valid label value; the full ids are in annotations of the same names) |
+//! | `brokkr.dev/service`, `brokkr.dev/plan` | the service offering and plan ids |
+//! | `brokkr.dev/step` | the blueprint step's name |
+//!
+//! A StatefulSet's `volumeClaimTemplates` get the managed-by and instance labels and
+//! `brokkr.dev/claim-of: <StatefulSet>`, so the claims it creates can be found again.
+//!
+//! [`Target::delete`] returns only once the object is gone (foreground deletion: its dependents
+//! go first); until then it answers [`TargetError::Unavailable`] ("waiting for StatefulSet pg to
+//! be deleted") and the engine polls it with a growing wait. Deleting a StatefulSet also deletes
+//! the claims of its volume claim templates, unless the PVC policy is `retain` (the target's
+//! `pvc_policy`, or the annotation `brokkr.dev/pvc-policy` on the rendered object); a rendered
+//! PersistentVolumeClaim follows the same policy. [`Target::prune`] deletes the objects labelled
+//! with the instance and step that an update no longer renders, claims by the same policy (read
+//! from the live object's annotation). [`readiness`] holds the
+//! built-in rules and the checks a step declares.
+//!
+//! A binding step may publish the bind's credentials as a Secret of type
+//! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]),
+//! with the entries [`brokkr_servicebinding::BindingSecret`] gives.
+//!
+//! This module holds the target and its [`Target`] implementation; the rest lives by idea:
+//! `client` (the client and kind discovery), `apply` (stamping, applying and pruning),
+//! `ownership` (never taking over or deleting another's object), `claims` (the PVC policy),
+//! `watch` (waiting for readiness or deletion by watching), `namespace` (the per-instance
+//! namespace), `secret` (the binding Secret), `names` (labels, annotations and names) and
+//! [`readiness`] (the rules).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::OnceCell;
+use tracing::info;
+
+use crate::{Readiness, Scope, Target, TargetError};
+
+mod apply;
+mod claims;
+mod client;
+mod names;
+mod namespace;
+mod ownership;
+pub mod readiness;
+mod secret;
+mod watch;
+
+use client::{Kind, Source};
+pub use names::{
+    BINDING, CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PLAN, PVC_POLICY, SERVICE, STEP,
+    instance_namespace, label_value,
+};
+
+/// What templates see about a kubernetes target: `kind` and the namespace policy.
+pub fn facts(target: &TargetConfig) -> Value {
+    let namespace = match &target.namespace {
+        Some(NamespacePolicy::Fixed(ns)) => json!({"fixed": ns}),
+        Some(NamespacePolicy::PerInstance) => json!("per-instance"),
+        Some(NamespacePolicy::FromContext) | None => json!("from-context"),
+    };
+    json!({"kind": "kubernetes", "namespace": namespace})
+}
+
+/// A Kubernetes cluster.
+pub struct Kubernetes {
+    name: String,
+    source: Source,
+    client: OnceCell<Client>,
+    namespace: NamespacePolicy,
+    pvc_policy: PvcPolicy,
+    kinds: Mutex<HashMap<(String, String), Kind>>,
+    /// How long one watch for readiness or deletion lasts before the call answers.
+    watch_for: Duration,
+    /// The objects as the API server answered their last apply, until the readiness check that
+    /// follows reads them from here instead of asking again.
+    applied: Mutex<HashMap<String, DynamicObject>>,
+}
+
+/// The identity of a rendered object.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ObjectRef {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    metadata: RefMeta,
+    /// Readiness checks and reads name the object at the top level.
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RefMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl ObjectRef {
+    fn name(&self) -> &str {
+        self.metadata
+            .name
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {}", self.kind, self.name())
+    }
+}
+
+/// A live object's place: its API and name.
+struct Located {
+    api: Api<DynamicObject>,
+    namespace: Option<String>,
+    what: String,
+}
+
+impl Kubernetes {
+    /// A target for the cluster `config` describes. The client is built on first use, so a
+    /// cluster that cannot be reached stops no one from starting.
+    pub fn new(name: &str, config: &TargetConfig) -> Self {
+        Self {
+            name: name.to_owned(),
+            source: Source {
+                kubeconfig: config.kubeconfig.clone(),
+                context: config.context.clone(),
+                timeout: config.timeout.unwrap_or(Duration::from_secs(10)),
+            },
+            client: OnceCell::new(),
+            namespace: config
+                .namespace
+                .clone()
+                .unwrap_or(NamespacePolicy::FromContext),
+            pvc_policy: config.pvc_policy.unwrap_or(PvcPolicy::Delete),
+            kinds: Mutex::new(HashMap::new()),
+            watch_for: watch::WATCH_FOR,
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A target that uses `client` (tests, embedding).
+    pub fn with_client(
+        name: &str,
+        client: Client,
+        namespace: NamespacePolicy,
+        pvc_policy: PvcPolicy,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            source: Source {
+                kubeconfig: None,
+                context: None,
+                timeout: Duration::from_secs(10),
+            },
+            client: OnceCell::new_with(Some(client)),
+            namespace,
+            pvc_policy,
+            kinds: Mutex::new(HashMap::new()),
+            watch_for: watch::WATCH_FOR,
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long one watch for an object's readiness or deletion lasts before the call answers
+    /// `waiting` and the engine asks again (default 10 s).
+    pub fn watching_for(mut self, watch_for: Duration) -> Self {
+        self.watch_for = watch_for;
+        self
+    }
+
+    fn invalid(&self, message: impl std::fmt::Display) -> TargetError {
+        TargetError::Invalid(format!("kubernetes target {}: {message}", self.name))
+    }
+
+    /// Classifies an API error: conflicts, throttling, server errors and transport errors may
+    /// pass; the rest (refused, forbidden, not found, an apply the server cannot merge) will not.
+    fn error(&self, doing: &str, e: kube::Error) -> TargetError {
+        match e {
+            kube::Error::Api(status) => {
+                let message = format!(
+                    "kubernetes target {}: {doing}: {} ({} {})",
+                    self.name, status.message, status.code, status.reason
+                );
+                // A server-side apply whose object the server cannot merge (a list entry
+                // without its key field, such as a port without `protocol` before Kubernetes
+                // 1.21) comes back as a 500, yet no retry will ever pass.
+                let unmergeable = status
+                    .message
+                    .starts_with("failed to create typed patch object");
+                match status.code {
+                    500 if unmergeable => TargetError::Invalid(message),
+                    409 | 429 | 500.. => TargetError::Unavailable(message),
+                    _ => TargetError::Invalid(message),
+                }
+            }
+            other => TargetError::Unavailable(format!(
+                "kubernetes target {}: {doing}: {other}",
+                self.name
+            )),
+        }
+    }
+
+    fn object_ref(&self, value: &Value) -> Result<ObjectRef, TargetError> {
+        let r: ObjectRef = serde_json::from_value(value.clone()).map_err(|e| {
+            self.invalid(format!("an object needs apiVersion, kind and a name: {e}"))
+        })?;
+        if r.name().is_empty() {
+            return Err(self.invalid(format!("{} has no name", r.kind)));
+        }
+        Ok(r)
+    }
+
+    /// The namespace of the instance's namespaced objects.
+    fn namespace(&self, scope: &Scope<'_>) -> Result<String, TargetError> {
+        match &self.namespace {
+            NamespacePolicy::Fixed(ns) => Ok(ns.clone()),
+            NamespacePolicy::FromContext => scope.context["namespace"]
+                .as_str()
+                .filter(|ns| !ns.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    self.invalid(
+                        "the OSB context has no `namespace` (the target's namespace policy is \
+                         from-context)",
+                    )
+                }),
+            NamespacePolicy::PerInstance => Ok(instance_namespace(scope.instance_id)),
+        }
+    }
+
+    /// Where `r` lives: its API, resolved kind and namespace.
+    async fn locate(&self, r: &ObjectRef, scope: &Scope<'_>) -> Result<Located, TargetError> {
+        let client = self.client().await?;
+        let kind = self.kind(client, &r.api_version, &r.kind).await?;
+        let what = r.describe();
+        if !kind.namespaced {
+            let api = Api::all_with(client.clone(), &kind.resource);
+            return Ok(Located {
+                api,
+                namespace: None,
+                what,
+            });
+        }
+        let ns = self.namespace(scope)?;
+        if let Some(given) = &r.metadata.namespace
+            && *given != ns
+        {
+            return Err(self.invalid(format!(
+                "{what} sets metadata.namespace {given:?}, but the target places the instance's \
+                 objects in {ns:?}; remove metadata.namespace"
+            )));
+        }
+        let api = Api::namespaced_with(client.clone(), &ns, &kind.resource);
+        Ok(Located {
+            api,
+            namespace: Some(ns),
+            what,
+        })
+    }
+
+    /// The key of an object in [`Self::applied`].
+    fn object_key(at: &Located, r: &ObjectRef) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            at.namespace.as_deref().unwrap_or_default(),
+            r.api_version,
+            r.kind,
+            r.name()
+        )
+    }
+
+    async fn get(&self, at: &Located, name: &str) -> Result<Option<DynamicObject>, TargetError> {
+        at.api
+            .get_opt(name)
+            .await
+            .map_err(|e| self.error(&format!("reading {}", at.what), e))
+    }
+}
+
+#[async_trait]
+impl Target for Kubernetes {
+    async fn apply(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
+        self.apply_object(resource, scope).await
+    }
+
+    async fn delete(&self, resource: &Value, scope: &Scope<'_>) -> Result<(), TargetError> {
+        let r = self.object_ref(resource)?;
+        let at = self.locate(&r, scope).await?;
+        self.applied
+            .lock()
+            .expect("lock")
+            .remove(&Self::object_key(&at, &r));
+        let policy = self.pvc_policy(resource)?;
+        if r.kind == "PersistentVolumeClaim" && r.api_version == "v1" && policy == PvcPolicy::Retain
+        {
+            info!(target = %self.name, claim = r.name(), "PersistentVolumeClaim retained");
+            return Ok(());
+        }
+        // Dependents first (a StatefulSet's Pods), except for kinds that have none worth
+        // waiting for: those go at once, and the garbage collector has nothing to track.
+        let foreground = !readiness::without_status(&r.kind);
+        if let Some(going) = self.delete_own(&at, r.name(), scope, foreground).await?
+            && !watch::await_gone(&at.api, &going, self.watch_for).await
+        {
+            return Err(TargetError::Unavailable(format!(
+                "waiting for {} to be deleted",
+                at.what
+            )));
+        }
+        if r.kind == "StatefulSet"
+            && policy == PvcPolicy::Delete
+            && let Some(ns) = &at.namespace
+            && let Some(waiting) = self.delete_claims(ns, r.name(), scope).await?
+        {
+            return Err(TargetError::Unavailable(waiting));
+        }
+        Ok(())
+    }
+
+    async fn ready(&self, resource: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError> {
+        let r = self.object_ref(resource)?;
+        let at = self.locate(&r, scope).await?;
+        // Right after an apply, its answer is the object as it is now: enough for a kind whose
+        // readiness reads no status, and a place to watch from for one that is not ready yet.
+        // A status-driven object the answer shows ready is read again (its controller may not
+        // have seen the new spec yet).
+        let applied = (self.applied.lock().expect("lock")).remove(&Self::object_key(&at, &r));
+        if let Some(answer) = applied {
+            let object = serde_json::to_value(&answer).unwrap_or_default();
+            match readiness::builtin(&r.kind, &object).map_err(|e| self.invalid(e))? {
+                Readiness::Waiting(reason) => {
+                    return self.await_change(&at, &r.kind, &answer, reason).await;
+                }
+                Readiness::Ready if readiness::without_status(&r.kind) => {
+                    return Ok(Readiness::Ready);
+                }
+                Readiness::Ready => {}
+            }
+        }
+        match self.get(&at, r.name()).await? {
+            None => {
+                // Nothing to watch: the caller asks again at once, so pause here.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(Readiness::Waiting(format!(
+                    "waiting for {} to be created",
+                    at.what
+                )))
+            }
+            Some(live) => self.judge(&at, &r.kind, &live).await,
+        }
+    }
+
+    fn watches_readiness(&self) -> bool {
+        true
+    }
+
+    async fn prune(&self, kept: &[Value], scope: &Scope<'_>) -> Result<(), TargetError> {
+        self.prune_unrendered(kept, scope).await
+    }
+
+    fn validate(&self, resource: &Value) -> Result<(), TargetError> {
+        let r = self.object_ref(resource)?;
+        if !r.api_version.is_empty() && !r.kind.is_empty() && r.metadata.name.is_some() {
+            return Ok(());
+        }
+        Err(self.invalid(format!(
+            "{} needs apiVersion, kind and metadata.name",
+            r.describe()
+        )))
+    }
+
+    async fn check(&self, check: &Value, scope: &Scope<'_>) -> Result<Readiness, TargetError> {
+        let r = self.object_ref(check)?;
+        let rule = readiness::Check::parse(check).map_err(|e| self.invalid(e))?;
+        let at = self.locate(&r, scope).await?;
+        match self.get(&at, r.name()).await? {
+            None => {
+                // Nothing to watch: the caller asks again at once, so pause here.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(Readiness::Waiting(format!(
+                    "waiting for {} to be created",
+                    at.what
+                )))
+            }
+            Some(live) => {
+                Ok(rule.evaluate(&at.what, &serde_json::to_value(live).unwrap_or_default()))
+            }
+        }
+    }
+
+    async fn read(
+        &self,
+        spec: &Value,
+        scope: &Scope<'_>,
+    ) -> Result<Map<String, Value>, TargetError> {
+        let r = self.object_ref(spec)?;
+        let Some(values) = spec["values"].as_object() else {
+            return Err(self.invalid(format!(
+                "read of {}: `values` maps registry keys to JSON pointers",
+                r.describe()
+            )));
+        };
+        let at = self.locate(&r, scope).await?;
+        let Some(live) = self.get(&at, r.name()).await? else {
+            return Err(TargetError::Unavailable(format!(
+                "waiting for {} to be created",
+                at.what
+            )));
+        };
+        let live = serde_json::to_value(live).unwrap_or_default();
+        let mut out = Map::new();
+        for (key, pointer) in values {
+            let Some(pointer) = pointer.as_str() else {
+                return Err(
+                    self.invalid(format!("read of {}: {key} needs a JSON pointer", at.what))
+                );
+            };
+            let Some(found) = live.pointer(pointer) else {
+                return Err(TargetError::Unavailable(format!(
+                    "waiting for {} to have {pointer}",
+                    at.what
+                )));
+            };
+            let value = if r.kind == "Secret" && pointer.starts_with("/data/") {
+                let text = found.as_str().unwrap_or_default();
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|_| self.invalid(format!("{} {pointer} is not base64", at.what)))?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    self.invalid(format!("{} {pointer} is not UTF-8 text", at.what))
+                })?;
+                Value::String(text)
+            } else {
+                found.clone()
+            };
+            out.insert(key.clone(), value);
+        }
+        Ok(out)
+    }
+
+    async fn publish_credentials(
+        &self,
+        name: &str,
+        credentials: &Map<String, Value>,
+        scope: &Scope<'_>,
+    ) -> Result<Value, TargetError> {
+        self.write_binding_secret(name, credentials, scope).await
+    }
+
+    async fn unpublish_credentials(
+        &self,
+        name: &str,
+        scope: &Scope<'_>,
+    ) -> Result<(), TargetError> {
+        self.delete_binding_secret(name, scope).await
+    }
+
+    async fn released(&self, scope: &Scope<'_>) -> Result<(), TargetError> {
+        if self.namespace != NamespacePolicy::PerInstance || scope.binding_id.is_some() {
+            return Ok(());
+        }
+        self.release_namespace(scope).await
+    }
+}
