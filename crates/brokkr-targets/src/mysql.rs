@@ -29,18 +29,17 @@
 //! `SUPER`), `SELECT, INSERT, DELETE` on `_brokkr` (it creates that database and table on first
 //! use) and the privileges it grants, `WITH GRANT OPTION`.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor};
+use sqlx::{AssertSqlSafe, Connection, Executor};
 use tracing::warn;
 
 use crate::owner::Owner;
-use crate::sql::{Access, classify, connect_within};
+use crate::sql::{Access, admin_options, classify, connect_within};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
 /// MySQL's database name limit.
@@ -48,6 +47,8 @@ const MAX_DATABASE: usize = 64;
 /// MySQL 8's user name limit (MariaDB allows 80).
 const MAX_USER: usize = 32;
 
+/// A rendered resource of this target, parsed: its `kind` says which. (In this crate a
+/// resource is always a rendered template tree; this is its typed form.)
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", deny_unknown_fields)]
 enum Resource {
@@ -80,12 +81,7 @@ impl Mysql {
     /// between), so a server that is down stops no one from starting and every error is the
     /// server's own.
     pub fn new(name: &str, url: &AdminUrl, timeout: Duration) -> Result<Self, TargetError> {
-        let options = MySqlConnectOptions::from_str(url.expose())
-            .map_err(|_| {
-                TargetError::Invalid(format!("target {name}: the admin URL is not a MySQL URL"))
-            })?
-            // Statements carry passwords: neither debug nor slow-statement logs may show them.
-            .disable_statement_logging();
+        let options = admin_options(name, url, "MySQL")?;
         Ok(Self {
             name: name.to_owned(),
             server: url.server(),

@@ -36,23 +36,24 @@
 //! The admin role needs `CREATEDB`, `CREATEROLE` and membership in `pg_signal_backend` (or is a
 //! superuser).
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgExecutor};
+use sqlx::{AssertSqlSafe, Connection, PgExecutor};
 use tracing::warn;
 
 use crate::owner::Owner;
-use crate::sql::{Access, classify, connect_within, has_code};
+use crate::sql::{Access, admin_options, classify, connect_within, has_code};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
 const MAX_NAME: usize = 63;
 
+/// A rendered resource of this target, parsed: its `kind` says which. (In this crate a
+/// resource is always a rendered template tree; this is its typed form.)
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", deny_unknown_fields)]
 enum Resource {
@@ -86,14 +87,7 @@ impl Postgres {
     /// between), so a server that is down stops no one from starting and every error is the
     /// server's own.
     pub fn new(name: &str, url: &AdminUrl, timeout: Duration) -> Result<Self, TargetError> {
-        let options = PgConnectOptions::from_str(url.expose())
-            .map_err(|_| {
-                TargetError::Invalid(format!(
-                    "target {name}: the admin URL is not a PostgreSQL URL"
-                ))
-            })?
-            // Statements carry passwords: neither debug nor slow-statement logs may show them.
-            .disable_statement_logging();
+        let options = admin_options(name, url, "PostgreSQL")?;
         Ok(Self {
             name: name.to_owned(),
             server: url.server(),

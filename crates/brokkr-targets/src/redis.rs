@@ -49,6 +49,8 @@ const MAX_NAME: usize = 128;
 /// Keys unlinked per round trip when a keyspace is deleted.
 const BATCH: usize = 500;
 
+/// A rendered resource of this target, parsed: its `kind` says which. (In this crate a
+/// resource is always a rendered template tree; this is its typed form.)
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", deny_unknown_fields)]
 enum Resource {

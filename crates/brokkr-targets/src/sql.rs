@@ -1,9 +1,9 @@
-//! What the SQL targets share: sorting driver errors into retryable and final ones, and the
-//! access levels a binding's user may get.
+//! What the SQL targets share: connect options from an admin URL, sorting driver errors into
+//! retryable and final ones, and the access levels a binding's user may get.
 
 use serde::Deserialize;
 
-use crate::TargetError;
+use crate::{AdminUrl, TargetError};
 
 /// What a binding's user may do in its instance's database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -20,6 +20,21 @@ pub enum Access {
 /// that a later attempt may not see (connection failures, timeouts, a busy or restarting
 /// server: SQLSTATE classes 08, 40, 53, 57, 58; PostgreSQL's "tuple concurrently updated";
 /// MySQL's lock wait timeouts and deadlocks) are [`TargetError::Unavailable`].
+/// The connect options of target `name`'s admin URL, which must be a URL of `database`
+/// (`MySQL`, `PostgreSQL`), with statement logging off: statements carry passwords, and
+/// neither debug nor slow-statement logs may show them.
+pub(crate) fn admin_options<O>(name: &str, url: &AdminUrl, database: &str) -> Result<O, TargetError>
+where
+    O: sqlx::ConnectOptions + std::str::FromStr,
+{
+    let options = O::from_str(url.expose()).map_err(|_| {
+        TargetError::Invalid(format!(
+            "target {name}: the admin URL is not a {database} URL"
+        ))
+    })?;
+    Ok(options.disable_statement_logging())
+}
+
 pub(crate) fn classify(kind: &str, target: &str, server: &str, e: &sqlx::Error) -> TargetError {
     let message = format!("{kind} target {target} ({server}): {e}");
     let transient = match e {

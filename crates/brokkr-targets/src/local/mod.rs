@@ -43,6 +43,8 @@ use supervisor::{Account, Saved, Supervisor};
 /// Longest server name (a directory name).
 const MAX_NAME: usize = 63;
 
+/// A rendered resource of this target, parsed: its `kind` says which. (In this crate a
+/// resource is always a rendered template tree; this is its typed form.)
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", deny_unknown_fields)]
 enum Resource {
