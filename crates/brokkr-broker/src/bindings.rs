@@ -4,19 +4,21 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::get;
-use brokkr_engine::store::Created;
-use brokkr_engine::{Attrs, Key, NewStatus, OpKind, Resource, Status};
+use brokkr_blueprint::config::BindingBlueprint;
+use brokkr_engine::{Attrs, Key, OpKind, Resource, Status};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
 use crate::body::{Query, check_id};
+use crate::creation::{Creation, create};
 use crate::error::ApiError;
 use crate::operations::{
     Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
-    teardown_running, wait_sync,
+    teardown_running,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -58,11 +60,6 @@ fn binding_body(r: &Resource, with_parameters: bool) -> BindingResource {
             .flatten(),
         ..Default::default()
     }
-}
-
-/// A binding's attributes without `context`, which platforms may refresh between retries.
-fn identity(r: &Resource) -> (String, String, Attrs) {
-    (r.service_id.clone(), r.plan_id.clone(), r.attrs.identity())
 }
 
 async fn bind(
@@ -139,100 +136,59 @@ async fn bind(
 
     let key = Key::binding(&instance_id, &binding_id);
     let op = new_operation(&broker, Some(entry), OpKind::Bind, Steps::Configured, None)?;
-    let mut resource = Resource::new(
-        key.clone(),
+    let resource = Resource::new(
+        key,
         &req.service_id,
         &req.plan_id,
         binding_attrs(&req, parameters),
         op,
     );
-    let needs_async = !resource.op.plan.steps.is_empty();
+    let creation = NewBinding {
+        broker: &broker,
+        blueprint,
+        instance: &instance,
+    };
+    create(&broker, &creation, resource, accepts_incomplete).await
+}
 
-    for _ in 0..3 {
-        let existing = store
-            .get(&key)
-            .await?
-            .filter(|r| r.status != Status::Deleted);
-        let Some(existing) = existing else {
-            if instance.status != Status::Ready || instance.op.in_progress() {
-                return Err(instance_busy(&instance));
-            }
-            // Computed only for a new binding: a repeat keeps the values it was created with.
-            let registry = broker
-                .engine
-                .registry(&blueprint.registry, &resource, Some(&instance))
-                .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
-            resource.outputs.registry = registry;
-            // Credentials that could never be valid are a bad request, refused before any change.
-            broker
-                .engine
-                .credentials(&instance, &resource)
-                .map_err(|reason| ApiError::bad_request(format!("invalid parameters: {reason}")))?;
-            if needs_async && !accepts_incomplete {
-                return Err(ApiError::async_required());
-            }
-            match store.create(&resource).await? {
-                Created::Inserted => {
-                    info!(instance_id, binding_id, operation = %resource.op.id, "binding");
-                    return started(&broker, &resource).await;
-                }
-                Created::Exists(_) => continue,
-            }
-        };
-        if identity(&existing) != identity(&resource) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!("binding {binding_id} already exists with different attributes"),
-            ));
+/// How a bind creates its binding, of `instance`.
+struct NewBinding<'a> {
+    broker: &'a Broker,
+    blueprint: &'a BindingBlueprint,
+    instance: &'a Resource,
+}
+
+impl Creation for NewBinding<'_> {
+    const NOUN: &'static str = "binding";
+
+    fn check_now(&self) -> Result<(), ApiError> {
+        let instance = self.instance;
+        if instance.status != Status::Ready || instance.op.in_progress() {
+            return Err(instance_busy(instance));
         }
-        let op = &existing.op;
-        if op.in_progress() && op.kind != OpKind::Bind {
-            return Err(ApiError::concurrency(format!(
-                "an unbind of binding {binding_id} is in progress"
-            )));
-        }
-        match existing.status {
-            Status::Creating if op.in_progress() => {
-                if accepts_incomplete {
-                    return Ok(accepted(op));
-                }
-                let done = wait_sync(&broker, &key, op).await?;
-                return match done {
-                    Some(r) if r.status == Status::Ready => {
-                        Ok(json_response(StatusCode::OK, &binding_body(&r, false)))
-                    }
-                    _ => Err(ApiError::concurrency(format!(
-                        "binding {binding_id} is being created"
-                    ))),
-                };
-            }
-            Status::Ready => {
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &binding_body(&existing, false),
-                ));
-            }
-            _ => {
-                if instance.status != Status::Ready || instance.op.in_progress() {
-                    return Err(instance_busy(&instance));
-                }
-                if needs_async && !accepts_incomplete {
-                    return Err(ApiError::async_required());
-                }
-                // The binding keeps its attributes and registry; only the operation is new.
-                if store
-                    .start(&key, &op.id, &resource.op, NewStatus::Set(Status::Creating))
-                    .await?
-                {
-                    info!(instance_id, binding_id, operation = %resource.op.id, "binding again after a failure");
-                    return started(&broker, &resource).await;
-                }
-            }
-        }
+        Ok(())
     }
-    Err(ApiError::concurrency(format!(
-        "binding {binding_id} is being changed by another request"
-    )))
+
+    fn prepare(&self, resource: &mut Resource) -> Result<(), ApiError> {
+        let engine = &self.broker.engine;
+        let registry = &self.blueprint.registry;
+        resource.outputs.registry = engine
+            .registry(registry, resource, Some(self.instance))
+            .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+        // Credentials that could never be valid are a bad request, refused before any change.
+        engine
+            .credentials(self.instance, resource)
+            .map_err(|reason| ApiError::bad_request(format!("invalid parameters: {reason}")))?;
+        Ok(())
+    }
+
+    fn ready(&self, r: &Resource) -> Response {
+        json_response(StatusCode::OK, &binding_body(r, false))
+    }
+
+    async fn started(&self, r: &Resource) -> ApiResult {
+        started(self.broker, r).await
+    }
 }
 
 fn instance_busy(instance: &Resource) -> ApiError {

@@ -4,9 +4,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::get;
 use brokkr_blueprint::PlanEntry;
-use brokkr_engine::store::Created;
 use brokkr_engine::{
     Attrs, EvaluationError, Key, NewStatus, OpKind, OpStep, Resource, Status, Update,
 };
@@ -18,10 +18,11 @@ use serde_json::json;
 use tracing::info;
 
 use crate::body::{Query, check_id};
+use crate::creation::{Creation, create};
 use crate::error::ApiError;
 use crate::operations::{
     Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
-    teardown_running, wait_sync,
+    teardown_running,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -197,93 +198,45 @@ async fn provision(
         Steps::Configured,
         None,
     )?;
-    let mut resource = Resource::new(
-        key.clone(),
+    let resource = Resource::new(
+        key,
         &req.service_id,
         &req.plan_id,
         instance_attrs(&req, entry),
         op,
     );
-    let needs_async = !resource.op.plan.steps.is_empty();
+    let creation = NewInstance {
+        broker: &broker,
+        entry,
+    };
+    create(&broker, &creation, resource, accepts_incomplete).await
+}
 
-    for _ in 0..3 {
-        let existing = broker.engine.store().get(&key).await?;
-        let live = existing.filter(|r| r.status != Status::Deleted);
-        let Some(existing) = live else {
-            // Computed only for a new instance: a repeat keeps the values it was created with.
-            let registry = broker
-                .engine
-                .registry(&entry.blueprint.instance.registry, &resource, None)
-                .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
-            resource.outputs.registry = registry;
-            check_credentials_possible(&broker, entry, &resource)?;
-            check_programs(&broker, &resource)?;
-            if needs_async && !accepts_incomplete {
-                return Err(ApiError::async_required());
-            }
-            match broker.engine.store().create(&resource).await? {
-                Created::Inserted => {
-                    info!(instance_id, operation = %resource.op.id, plan = %entry.plan.name, "provisioning");
-                    return started(&broker, &resource, StatusCode::CREATED).await;
-                }
-                Created::Exists(_) => continue, // lost a race: decide against the winner
-            }
-        };
-        if existing.attrs.identity() != resource.attrs.identity()
-            || existing.service_id != resource.service_id
-            || existing.plan_id != resource.plan_id
-        {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!("instance {instance_id} already exists with different attributes"),
-            ));
-        }
-        let op = &existing.op;
-        if op.in_progress() && op.kind != OpKind::Provision {
-            return Err(ApiError::concurrency(format!(
-                "a {} of instance {instance_id} is in progress",
-                op.kind.as_str()
-            )));
-        }
-        match existing.status {
-            Status::Creating if op.in_progress() => {
-                if accepts_incomplete {
-                    return Ok(accepted(op));
-                }
-                let done = wait_sync(&broker, &key, op).await?;
-                match done {
-                    Some(r) if r.status == Status::Ready => {
-                        return Ok(json_response(StatusCode::OK, &instance_body(&r)));
-                    }
-                    _ => {
-                        return Err(ApiError::concurrency(format!(
-                            "instance {instance_id} is being provisioned"
-                        )));
-                    }
-                }
-            }
-            Status::Ready => return Ok(json_response(StatusCode::OK, &instance_body(&existing))),
-            _ => {
-                // A failed provision with the same attributes: try again.
-                if needs_async && !accepts_incomplete {
-                    return Err(ApiError::async_required());
-                }
-                // The instance keeps its attributes and registry; only the operation is new.
-                if broker
-                    .engine
-                    .store()
-                    .start(&key, &op.id, &resource.op, NewStatus::Set(Status::Creating))
-                    .await?
-                {
-                    info!(instance_id, operation = %resource.op.id, "provisioning again after a failure");
-                    return started(&broker, &resource, StatusCode::CREATED).await;
-                }
-            }
-        }
+/// How a provision creates its instance.
+struct NewInstance<'a> {
+    broker: &'a Broker,
+    entry: &'a PlanEntry,
+}
+
+impl Creation for NewInstance<'_> {
+    const NOUN: &'static str = "instance";
+
+    fn prepare(&self, resource: &mut Resource) -> Result<(), ApiError> {
+        let registry = &self.entry.blueprint.instance.registry;
+        resource.outputs.registry = (self.broker.engine)
+            .registry(registry, resource, None)
+            .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+        check_credentials_possible(self.broker, self.entry, resource)?;
+        check_programs(self.broker, resource)
     }
-    Err(ApiError::concurrency(format!(
-        "instance {instance_id} is being changed by another request"
-    )))
+
+    fn ready(&self, r: &Resource) -> Response {
+        json_response(StatusCode::OK, &instance_body(r))
+    }
+
+    async fn started(&self, r: &Resource) -> ApiResult {
+        started(self.broker, r, StatusCode::CREATED).await
+    }
 }
 
 /// Answers a request that just started `r.op`: 202 for asynchronous plans, or the final answer

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod auth;
 pub mod bindings;
 pub mod body;
+mod creation;
 pub mod error;
 pub mod headers;
 pub mod instances;
