@@ -3,7 +3,9 @@
 //! [`router`] builds the axum application, and [`server::serve`] serves it within limits on
 //! connections: platform authentication ([`auth`]), the OSB header
 //! rules ([`headers`]), request bodies with size and content-type limits ([`body`]), and the
-//! catalog, instance and binding endpoints ([`instances`], [`bindings`]). Every decision about
+//! catalog, instance and binding endpoints ([`instances`], [`bindings`]), which share the flow
+//! that creates a resource (`creation`) and how operations are planned, started and answered
+//! (`operations`). Every decision about
 //! idempotency and concurrency — 200 for an identical repeat, 202 with the same operation while in
 //! progress, 409 for different attributes, 410 for what does not exist, 422 `ConcurrencyError` — is
 //! taken against the [`brokkr_engine::Store`] with atomic operations, so it holds across

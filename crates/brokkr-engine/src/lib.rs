@@ -6,7 +6,8 @@
 //! operation survives a restart or a crash of the process and ends `succeeded` or `failed` —
 //! at the latest at its deadline.
 //!
-//! - [`model`]: resources, operations and their states;
+//! - [`model`]: resources, operations and their states, the typed plan an operation runs and
+//!   what a resource keeps (attributes, outputs);
 //! - [`store`]: the [`Store`] trait and its SQL implementation for SQLite and PostgreSQL;
 //! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines, and the janitor
 //!   that retries steps a deprovision or unbind left behind;
