@@ -5,49 +5,48 @@
 //!   parameters name a Secret that does not exist yet waits, with a `Ready=False` condition that
 //!   says why, and binds once it can; it fails only after the wait timeout (default 1 h,
 //!   counted from when it started waiting).
-//! - **Bind** with `accepts_incomplete=true`; a 202 is polled (the broker's `Retry-After`, else
-//!   a backoff from 1 s doubling to 5 min, up to the plan's `maximumPollingDuration`) and the
-//!   credentials are then fetched. 400/409/422 are terminal with the broker's description.
+//! - **Bind** (`bind.rs`) with `accepts_incomplete=true`; a 202 is polled (`poll.rs`: the
+//!   broker's `Retry-After`, else a backoff from 1 s doubling to 5 min, up to the plan's
+//!   `maximumPollingDuration`) and the credentials are then fetched. 400/409/422 are terminal
+//!   with the broker's description.
 //! - **Orphan mitigation**: a bind that timed out, got a 5xx or a malformed answer, or whose
-//!   credentials cannot become a Secret, is followed by unbind calls until one succeeds; the bind
-//!   is then tried again.
+//!   credentials cannot become a Secret, is followed by unbind calls (`delete.rs`) until one
+//!   succeeds; the bind is then tried again.
 //! - **The Secret** (see [`secret`]) is checked before the bind: if one of that name exists and
 //!   is not this binding's, nothing is bound and the condition says so.
-//! - **Deletion** deletes the Secret first, then unbinds (410 counts as done), then releases the
-//!   finalizer. `services.brokkr.dev/abandon: "true"` releases it without calling the broker,
-//!   for a broker or instance that is gone for good.
+//! - **Deletion** (`delete.rs`) deletes the Secret first, then unbinds (410 counts as done), then
+//!   releases the finalizer. `services.brokkr.dev/abandon: "true"` releases it without calling
+//!   the broker, for a broker or instance that is gone for good.
 //!
-//! A bound binding whose Secret is deleted gets it back, fetched from the broker where the
-//! class is `bindingRetrievable`; else the condition says the binding must be re-created.
+//! A bound binding whose Secret is deleted gets it back (`restore.rs`), fetched from the broker
+//! where the class is `bindingRetrievable`; else the condition says the binding must be
+//! re-created.
 //!
 //! A binding is immutable at the broker: spec changes after the bind are not sent (the
 //! condition says so); delete and re-create the binding instead.
 
+mod bind;
+mod delete;
+mod poll;
+mod restore;
 pub mod secret;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brokkr_osb::client::{Error as OsbError, Poll};
 use brokkr_osb::headers::OriginatingIdentity;
-use brokkr_osb::messages::{BindRequest, OperationState};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use crate::broker::Error;
 use crate::instance::resolve::{Resolved, resolve};
-use crate::instance::{ABANDON_ANNOTATION, instance_id, osb_context};
-use crate::parameters;
-use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
+use crate::platform::humanize;
 use crate::resources::{
-    ConditionStatus, LocalObjectReference, ServiceBinding, ServiceBindingOperation,
-    ServiceBindingPropertiesState, ServiceBindingStatus, ServiceInstance, UnbindStatus,
+    ConditionStatus, ServiceBinding, ServiceBindingStatus, ServiceInstance, UnbindStatus,
 };
 use crate::{Context, conditions, finalizer, platform, status};
 
@@ -210,52 +209,6 @@ impl<'a> Reconcile<'a> {
         self.bind(&instance, &resolved).await
     }
 
-    /// The Secret of a bound binding went: fetch the credentials again where the broker keeps
-    /// them (`bindings_retrievable`), else say how to get them back.
-    async fn restore_secret(&mut self) -> Result<Action, Error> {
-        let name = self.binding.spec.instance_ref.name.clone();
-        let instances =
-            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
-        let resolved = match instances.get_opt(&name).await? {
-            Some(instance) => match resolve(&instance, self.ctx).await? {
-                Ok(resolved) => Some((instance, self.with_identity(resolved)?)),
-                Err(_) => None,
-            },
-            None => None,
-        };
-        let Some((instance, resolved)) = resolved else {
-            return self
-                .secret_lost("its instance or plan cannot be found")
-                .await;
-        };
-        if !resolved.class.binding_retrievable {
-            return self
-                .secret_lost("the broker does not let bindings be fetched again")
-                .await;
-        }
-        let fetched = resolved
-            .osb
-            .binding(
-                &instance_id(&instance),
-                &binding_id(self.binding),
-                Some(&resolved.plan_ref()),
-            )
-            .await;
-        self.ctx.metrics.osb_call("fetch_binding", &fetched);
-        let credentials = fetched?.body.credentials.unwrap_or_default();
-        self.publish(&instance, &resolved, credentials).await
-    }
-
-    async fn secret_lost(&mut self, why: &str) -> Result<Action, Error> {
-        let message = format!(
-            "the Secret {:?} was deleted and cannot be written again: {why}; delete and re-create this ServiceBinding",
-            secret::name(self.binding)
-        );
-        self.set("Ready", ConditionStatus::False, "SecretDeleted", message);
-        self.write_status().await?;
-        Ok(Action::await_change())
-    }
-
     /// The instance, once it exists and is Ready; else the binding waits (and `None`).
     async fn ready_instance(&mut self) -> Result<Option<ServiceInstance>, Error> {
         let name = &self.binding.spec.instance_ref.name;
@@ -323,6 +276,8 @@ impl<'a> Reconcile<'a> {
         Ok(Action::await_change())
     }
 
+    /// `resolved` with a broker client that sends the binding's user as the originating
+    /// identity.
     fn with_identity(&self, mut resolved: Resolved) -> Result<Resolved, Error> {
         let user = self
             .binding
@@ -334,430 +289,6 @@ impl<'a> Reconcile<'a> {
             .osb
             .with_originating_identity(&OriginatingIdentity::new("kubernetes", user))?;
         Ok(resolved)
-    }
-
-    async fn bind(
-        &mut self,
-        instance: &ServiceInstance,
-        resolved: &Resolved,
-    ) -> Result<Action, Error> {
-        let secret_name = secret::name(self.binding);
-        if let Some(existing) = self.secrets.get_opt(&secret_name).await?
-            && !secret::controlled_by(&existing, self.binding)
-        {
-            let message = format!(
-                "a Secret {secret_name:?} that this ServiceBinding does not own exists; it is never overwritten (delete it, or set spec.secretName)"
-            );
-            return self.wait("SecretNotOwned", message).await;
-        }
-        let params = match parameters::build(
-            &self.ctx.client,
-            &self.namespace,
-            self.binding.spec.parameters.as_ref(),
-            &self.binding.spec.parameters_from,
-        )
-        .await?
-        {
-            Ok(params) => params,
-            Err(invalid) if invalid.waits() => {
-                return self.wait("ErrorWithParameters", invalid.to_string()).await;
-            }
-            Err(invalid) => return self.fail("ErrorWithParameters", invalid.to_string()).await,
-        };
-        let request = BindRequest {
-            service_id: resolved.class.external_id.clone(),
-            plan_id: resolved.plan.external_id.clone(),
-            context: Some(osb_context(instance, self.ctx)),
-            parameters: params.merged,
-            ..BindRequest::default()
-        };
-        let answer = resolved
-            .osb
-            .bind(
-                &instance_id(instance),
-                &binding_id(self.binding),
-                &request,
-                true,
-            )
-            .await;
-        self.ctx.metrics.osb_call("bind", &answer);
-        self.status.in_progress_properties = Some(ServiceBindingPropertiesState {
-            parameters: params.redacted,
-            parameter_checksum: params.checksum,
-            user_info: self.binding.spec.user_info.clone(),
-        });
-        self.status.unbind_status = Some(UnbindStatus::Required);
-        match answer {
-            Ok(response) if response.is_async() => {
-                self.status.async_op_in_progress = true;
-                self.status.current_operation = Some(ServiceBindingOperation::Bind);
-                self.status.last_operation = response.body.operation.clone();
-                self.status.operation_start_time = Some(Time(Timestamp::now()));
-                self.set(
-                    "Ready",
-                    ConditionStatus::False,
-                    "Binding",
-                    "The binding is being created asynchronously",
-                );
-                self.write_status().await?;
-                Ok(Action::requeue(
-                    response.retry_after.unwrap_or(Duration::from_secs(1)),
-                ))
-            }
-            Ok(response) => {
-                let credentials = response.body.binding.credentials.unwrap_or_default();
-                self.publish(instance, resolved, credentials).await
-            }
-            Err(e) => self.bind_failed(e).await,
-        }
-    }
-
-    /// A bind the broker refused or did not answer properly.
-    async fn bind_failed(&mut self, e: OsbError) -> Result<Action, Error> {
-        let status = e.status().map(|s| s.as_u16());
-        let message = format!("Bind call failed: {e}");
-        if matches!(status, Some(400 | 409 | 422)) {
-            self.status.unbind_status = Some(UnbindStatus::NotRequired);
-            return self.fail("BindCallFailed", message).await;
-        }
-        if may_have_created(&e) {
-            return self.start_orphan_mitigation(message).await;
-        }
-        // The broker could not be reached: nothing was bound; try again.
-        self.status.unbind_status = Some(UnbindStatus::NotRequired);
-        self.end_operation();
-        self.set("Ready", ConditionStatus::False, "BindCallFailed", message);
-        self.write_status().await?;
-        Ok(Action::requeue(RECHECK))
-    }
-
-    async fn start_orphan_mitigation(&mut self, why: String) -> Result<Action, Error> {
-        self.end_operation();
-        self.status.orphan_mitigation_in_progress = true;
-        self.status.unbind_status = Some(UnbindStatus::Required);
-        let message = format!("{why}; unbinding what the broker may have created");
-        self.set(
-            "Ready",
-            ConditionStatus::False,
-            "StartingOrphanMitigation",
-            message.clone(),
-        );
-        self.write_status().await?;
-        self.event(
-            EventType::Warning,
-            "StartingOrphanMitigation",
-            &message,
-            "Bind",
-        )
-        .await;
-        Ok(Action::requeue(Duration::from_secs(1)))
-    }
-
-    /// Turns credentials into the binding's Secret and marks the binding Ready.
-    async fn publish(
-        &mut self,
-        instance: &ServiceInstance,
-        resolved: &Resolved,
-        credentials: Map<String, Value>,
-    ) -> Result<Action, Error> {
-        let mut others = BTreeMap::new();
-        for name in secret::sources(&self.binding.spec.secret_transforms) {
-            if let Some(found) = self.secrets.get_opt(&name).await? {
-                let data = found
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                others.insert(name, data);
-            }
-        }
-        let contents = match secret::contents(
-            credentials,
-            &resolved.class.external_name,
-            &self.binding.spec.secret_transforms,
-            &others,
-        ) {
-            Ok(contents) => contents,
-            Err(unusable) => return self.start_orphan_mitigation(unusable.to_string()).await,
-        };
-        match secret::write(&self.secrets, self.binding, contents).await? {
-            secret::Written::Done => {}
-            secret::Written::NotOwned => {
-                let message = format!(
-                    "a Secret {:?} that this ServiceBinding does not own appeared; it is never overwritten",
-                    secret::name(self.binding)
-                );
-                return self.start_orphan_mitigation(message).await;
-            }
-        }
-        let name = secret::name(self.binding);
-        self.status.external_properties = self.status.in_progress_properties.take();
-        self.status.reconciled_generation = self.status.observed_generation;
-        self.end_operation();
-        self.status.binding = Some(LocalObjectReference { name: name.clone() });
-        self.status.unbind_status = Some(UnbindStatus::Required);
-        let message = format!(
-            "The credentials of the ServiceInstance {:?} are in the Secret {name:?}",
-            instance.name_any()
-        );
-        self.set(
-            "Ready",
-            ConditionStatus::True,
-            "InjectedBindResult",
-            message.clone(),
-        );
-        self.write_status().await?;
-        self.event(EventType::Normal, "InjectedBindResult", &message, "Bind")
-            .await;
-        Ok(Action::await_change())
-    }
-
-    /// Polls the bind or unbind in progress.
-    async fn poll(
-        &mut self,
-        instance: &ServiceInstance,
-        resolved: &Resolved,
-    ) -> Result<Action, Error> {
-        let unbinding = self.status.current_operation == Some(ServiceBindingOperation::Unbind);
-        let mut poll = Poll::binding(instance_id(instance), binding_id(self.binding))
-            .operation(self.status.last_operation.clone())
-            .plan(resolved.plan_ref());
-        if unbinding {
-            poll = poll.deleting();
-        }
-        let answer = resolved.osb.last_operation(&poll).await;
-        self.ctx.metrics.osb_call("last_operation", &answer);
-        let (state, description, retry_after) = match answer {
-            Ok(response) => (
-                response.body.state,
-                response.body.description,
-                response.retry_after,
-            ),
-            Err(e) if unbinding && e.status().is_some_and(|s| s.as_u16() == 410) => {
-                (OperationState::Succeeded, None, None)
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let verb = if unbinding { "Unbind" } else { "Bind" };
-        match state {
-            OperationState::InProgress => {
-                let elapsed = elapsed_since(self.status.operation_start_time.as_ref());
-                if elapsed > resolved.max_polling() {
-                    let message = format!(
-                        "the broker did not finish the {} within {}",
-                        verb.to_lowercase(),
-                        humanize(resolved.max_polling())
-                    );
-                    if unbinding {
-                        self.end_operation();
-                        self.status.unbind_status = Some(UnbindStatus::Failed);
-                        self.set("Ready", ConditionStatus::False, "UnbindTimedOut", message);
-                        self.write_status().await?;
-                        return Ok(Action::requeue(RECHECK));
-                    }
-                    return self.start_orphan_mitigation(message).await;
-                }
-                let description = description.unwrap_or_else(|| format!("{verb} in progress"));
-                self.set(
-                    "Ready",
-                    ConditionStatus::False,
-                    &format!("{verb}ing"),
-                    description,
-                );
-                self.write_status().await?;
-                Ok(Action::requeue(
-                    retry_after.unwrap_or_else(|| backoff(elapsed)),
-                ))
-            }
-            OperationState::Succeeded if unbinding => self.unbound().await,
-            OperationState::Succeeded if self.binding.metadata.deletion_timestamp.is_some() => {
-                // Bound while being deleted: the credentials are not needed; unbind next.
-                self.end_operation();
-                self.status.unbind_status = Some(UnbindStatus::Required);
-                self.write_status().await?;
-                Ok(Action::requeue(Duration::from_secs(1)))
-            }
-            OperationState::Succeeded => {
-                let fetched = resolved
-                    .osb
-                    .binding(
-                        &instance_id(instance),
-                        &binding_id(self.binding),
-                        Some(&resolved.plan_ref()),
-                    )
-                    .await;
-                self.ctx.metrics.osb_call("fetch_binding", &fetched);
-                match fetched {
-                    Ok(response) => {
-                        let credentials = response.body.credentials.unwrap_or_default();
-                        self.publish(instance, resolved, credentials).await
-                    }
-                    Err(e) if may_have_created(&e) => {
-                        self.start_orphan_mitigation(format!("fetching the binding failed: {e}"))
-                            .await
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-            OperationState::Failed => {
-                let message = format!(
-                    "{verb} failed: {}",
-                    description.unwrap_or_else(|| "the broker gave no reason".into())
-                );
-                if unbinding {
-                    self.end_operation();
-                    self.status.unbind_status = Some(UnbindStatus::Failed);
-                    self.set("Ready", ConditionStatus::False, "UnbindCallFailed", message);
-                    self.write_status().await?;
-                    return Ok(Action::requeue(RECHECK));
-                }
-                self.status.unbind_status = Some(UnbindStatus::NotRequired);
-                self.fail("BindCallFailed", message).await
-            }
-        }
-    }
-
-    /// Deletion: the Secret first, then unbind, then the finalizer.
-    async fn delete(mut self) -> Result<Action, Error> {
-        if !finalizer::has(self.binding, FINALIZER) {
-            return Ok(Action::await_change());
-        }
-        secret::delete(&self.secrets, self.binding).await?;
-        if self
-            .binding
-            .annotations()
-            .get(ABANDON_ANNOTATION)
-            .map(String::as_str)
-            == Some("true")
-        {
-            let left = if self.status.unbind_status == Some(UnbindStatus::Required)
-                || self.status.async_op_in_progress
-            {
-                format!(
-                    "released without unbinding: binding {:?} of instance {:?} may remain at the broker",
-                    binding_id(self.binding),
-                    self.binding.spec.instance_ref.name
-                )
-            } else {
-                "released; nothing was bound".to_owned()
-            };
-            self.event(EventType::Warning, "Abandoned", &left, "Unbind")
-                .await;
-            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
-            return Ok(Action::await_change());
-        }
-        let needs_unbind = matches!(
-            self.status.unbind_status,
-            Some(UnbindStatus::Required | UnbindStatus::Failed)
-        ) || self.status.async_op_in_progress;
-        if !needs_unbind {
-            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
-            return Ok(Action::await_change());
-        }
-        let name = self.binding.spec.instance_ref.name.clone();
-        let instances =
-            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
-        let Some(instance) = instances.get_opt(&name).await? else {
-            let message = format!(
-                "cannot unbind: the ServiceInstance {name:?} is gone; annotate this ServiceBinding with {ABANDON_ANNOTATION}=true to release it"
-            );
-            self.set("Ready", ConditionStatus::False, "UnbindBlocked", message);
-            self.write_status().await?;
-            return Ok(Action::requeue(RECHECK));
-        };
-        let resolved = match resolve(&instance, self.ctx).await? {
-            Ok(resolved) => self.with_identity(resolved)?,
-            Err(missing) => {
-                let message = format!(
-                    "cannot unbind: {missing}; annotate this ServiceBinding with {ABANDON_ANNOTATION}=true to release it"
-                );
-                self.set("Ready", ConditionStatus::False, "UnbindBlocked", message);
-                self.write_status().await?;
-                return Ok(Action::requeue(RECHECK));
-            }
-        };
-        if self.status.async_op_in_progress {
-            return self.poll(&instance, &resolved).await;
-        }
-        if platform::status_is_stale(&self.bindings, self.binding).await? {
-            return Ok(Action::requeue(platform::STALE_RETRY));
-        }
-        self.unbind(&instance, &resolved).await
-    }
-
-    /// Calls unbind: for a deletion, or to clean up after a bind that went wrong.
-    async fn unbind(
-        &mut self,
-        instance: &ServiceInstance,
-        resolved: &Resolved,
-    ) -> Result<Action, Error> {
-        let answer = resolved
-            .osb
-            .unbind(
-                &instance_id(instance),
-                &binding_id(self.binding),
-                &resolved.plan_ref(),
-                true,
-            )
-            .await;
-        self.ctx.metrics.osb_call("unbind", &answer);
-        match answer {
-            Ok(response) if response.is_async() => {
-                self.status.async_op_in_progress = true;
-                self.status.current_operation = Some(ServiceBindingOperation::Unbind);
-                self.status.last_operation = response.body.operation.clone();
-                self.status.operation_start_time = Some(Time(Timestamp::now()));
-                self.set(
-                    "Ready",
-                    ConditionStatus::False,
-                    "Unbinding",
-                    "The binding is being deleted asynchronously",
-                );
-                self.write_status().await?;
-                Ok(Action::requeue(
-                    response.retry_after.unwrap_or(Duration::from_secs(1)),
-                ))
-            }
-            Ok(_) => self.unbound().await,
-            Err(e) => {
-                self.end_operation();
-                self.status.unbind_status = Some(UnbindStatus::Failed);
-                let message = format!("Unbind call failed: {e}");
-                self.set(
-                    "Ready",
-                    ConditionStatus::False,
-                    "UnbindCallFailed",
-                    message.clone(),
-                );
-                self.write_status().await?;
-                self.event(EventType::Warning, "UnbindCallFailed", &message, "Unbind")
-                    .await;
-                Ok(Action::requeue(RECHECK))
-            }
-        }
-    }
-
-    /// The broker no longer has the binding: end a deletion, or retry the bind after orphan
-    /// mitigation.
-    async fn unbound(&mut self) -> Result<Action, Error> {
-        self.end_operation();
-        self.status.unbind_status = Some(UnbindStatus::Succeeded);
-        if self.binding.metadata.deletion_timestamp.is_some() {
-            self.write_status().await?;
-            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
-            return Ok(Action::await_change());
-        }
-        self.status.orphan_mitigation_in_progress = false;
-        self.status.unbind_status = Some(UnbindStatus::NotRequired);
-        self.set(
-            "Ready",
-            ConditionStatus::False,
-            "OrphanMitigationSuccessful",
-            "What the failed bind may have created was unbound; binding again",
-        );
-        self.write_status().await?;
-        Ok(Action::requeue(RECHECK))
     }
 
     fn end_operation(&mut self) {

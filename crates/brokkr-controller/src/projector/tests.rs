@@ -1,5 +1,9 @@
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
 use serde_json::json;
+
+use super::*;
 
 fn pod_spec() -> Value {
     json!({

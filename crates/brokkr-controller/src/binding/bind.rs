@@ -1,0 +1,209 @@
+//! Binding, and what follows a bind the broker may have half done: orphan mitigation is started
+//! here (its unbind calls are in `delete.rs`). Credentials become the binding's Secret
+//! (`publish`) after a synchronous bind, a finished asynchronous one, or a
+//! fetch of a deleted Secret's credentials.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use brokkr_osb::client::Error as OsbError;
+use brokkr_osb::messages::BindRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::{Map, Value};
+
+use super::{RECHECK, Reconcile, binding_id, secret};
+use crate::broker::Error;
+use crate::instance::resolve::Resolved;
+use crate::instance::{instance_id, osb_context};
+use crate::parameters;
+use crate::platform::may_have_created;
+use crate::resources::{
+    ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,
+    ServiceInstance, UnbindStatus,
+};
+
+impl Reconcile<'_> {
+    /// Binds: waits while a Secret of that name is not this binding's, builds the parameters,
+    /// and calls bind; credentials in the answer are published, a 202 is recorded to be polled.
+    pub(super) async fn bind(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+    ) -> Result<Action, Error> {
+        let secret_name = secret::name(self.binding);
+        if let Some(existing) = self.secrets.get_opt(&secret_name).await?
+            && !secret::controlled_by(&existing, self.binding)
+        {
+            let message = format!(
+                "a Secret {secret_name:?} that this ServiceBinding does not own exists; it is never overwritten (delete it, or set spec.secretName)"
+            );
+            return self.wait("SecretNotOwned", message).await;
+        }
+        let params = match parameters::build(
+            &self.ctx.client,
+            &self.namespace,
+            self.binding.spec.parameters.as_ref(),
+            &self.binding.spec.parameters_from,
+        )
+        .await?
+        {
+            Ok(params) => params,
+            Err(invalid) if invalid.waits() => {
+                return self.wait("ErrorWithParameters", invalid.to_string()).await;
+            }
+            Err(invalid) => return self.fail("ErrorWithParameters", invalid.to_string()).await,
+        };
+        let request = BindRequest {
+            service_id: resolved.class.external_id.clone(),
+            plan_id: resolved.plan.external_id.clone(),
+            context: Some(osb_context(instance, self.ctx)),
+            parameters: params.merged,
+            ..BindRequest::default()
+        };
+        let answer = resolved
+            .osb
+            .bind(
+                &instance_id(instance),
+                &binding_id(self.binding),
+                &request,
+                true,
+            )
+            .await;
+        self.ctx.metrics.osb_call("bind", &answer);
+        self.status.in_progress_properties = Some(ServiceBindingPropertiesState {
+            parameters: params.redacted,
+            parameter_checksum: params.checksum,
+            user_info: self.binding.spec.user_info.clone(),
+        });
+        self.status.unbind_status = Some(UnbindStatus::Required);
+        match answer {
+            Ok(response) if response.is_async() => {
+                self.status.async_op_in_progress = true;
+                self.status.current_operation = Some(ServiceBindingOperation::Bind);
+                self.status.last_operation = response.body.operation.clone();
+                self.status.operation_start_time = Some(Time(Timestamp::now()));
+                self.set(
+                    "Ready",
+                    ConditionStatus::False,
+                    "Binding",
+                    "The binding is being created asynchronously",
+                );
+                self.write_status().await?;
+                Ok(Action::requeue(
+                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                ))
+            }
+            Ok(response) => {
+                let credentials = response.body.binding.credentials.unwrap_or_default();
+                self.publish(instance, resolved, credentials).await
+            }
+            Err(e) => self.bind_failed(e).await,
+        }
+    }
+
+    /// A bind the broker refused or did not answer properly.
+    async fn bind_failed(&mut self, e: OsbError) -> Result<Action, Error> {
+        let status = e.status().map(|s| s.as_u16());
+        let message = format!("Bind call failed: {e}");
+        if matches!(status, Some(400 | 409 | 422)) {
+            self.status.unbind_status = Some(UnbindStatus::NotRequired);
+            return self.fail("BindCallFailed", message).await;
+        }
+        if may_have_created(&e) {
+            return self.start_orphan_mitigation(message).await;
+        }
+        // The broker could not be reached: nothing was bound; try again.
+        self.status.unbind_status = Some(UnbindStatus::NotRequired);
+        self.end_operation();
+        self.set("Ready", ConditionStatus::False, "BindCallFailed", message);
+        self.write_status().await?;
+        Ok(Action::requeue(RECHECK))
+    }
+
+    /// Starts unbinding what a bind that went wrong may have left at the broker.
+    pub(super) async fn start_orphan_mitigation(&mut self, why: String) -> Result<Action, Error> {
+        self.end_operation();
+        self.status.orphan_mitigation_in_progress = true;
+        self.status.unbind_status = Some(UnbindStatus::Required);
+        let message = format!("{why}; unbinding what the broker may have created");
+        self.set(
+            "Ready",
+            ConditionStatus::False,
+            "StartingOrphanMitigation",
+            message.clone(),
+        );
+        self.write_status().await?;
+        self.event(
+            EventType::Warning,
+            "StartingOrphanMitigation",
+            &message,
+            "Bind",
+        )
+        .await;
+        Ok(Action::requeue(Duration::from_secs(1)))
+    }
+
+    /// Turns credentials into the binding's Secret and marks the binding Ready.
+    pub(super) async fn publish(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+        credentials: Map<String, Value>,
+    ) -> Result<Action, Error> {
+        let mut others = BTreeMap::new();
+        for name in secret::sources(&self.binding.spec.secret_transforms) {
+            if let Some(found) = self.secrets.get_opt(&name).await? {
+                let data = found
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                others.insert(name, data);
+            }
+        }
+        let contents = match secret::contents(
+            credentials,
+            &resolved.class.external_name,
+            &self.binding.spec.secret_transforms,
+            &others,
+        ) {
+            Ok(contents) => contents,
+            Err(unusable) => return self.start_orphan_mitigation(unusable.to_string()).await,
+        };
+        match secret::write(&self.secrets, self.binding, contents).await? {
+            secret::Written::Done => {}
+            secret::Written::NotOwned => {
+                let message = format!(
+                    "a Secret {:?} that this ServiceBinding does not own appeared; it is never overwritten",
+                    secret::name(self.binding)
+                );
+                return self.start_orphan_mitigation(message).await;
+            }
+        }
+        let name = secret::name(self.binding);
+        self.status.external_properties = self.status.in_progress_properties.take();
+        self.status.reconciled_generation = self.status.observed_generation;
+        self.end_operation();
+        self.status.binding = Some(LocalObjectReference { name: name.clone() });
+        self.status.unbind_status = Some(UnbindStatus::Required);
+        let message = format!(
+            "The credentials of the ServiceInstance {:?} are in the Secret {name:?}",
+            instance.name_any()
+        );
+        self.set(
+            "Ready",
+            ConditionStatus::True,
+            "InjectedBindResult",
+            message.clone(),
+        );
+        self.write_status().await?;
+        self.event(EventType::Normal, "InjectedBindResult", &message, "Bind")
+            .await;
+        Ok(Action::await_change())
+    }
+}

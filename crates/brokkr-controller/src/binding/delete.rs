@@ -1,0 +1,162 @@
+//! Deleting a ServiceBinding: the Secret first, then an unbind call (410 counts as done), then
+//! the finalizer; the abandon annotation releases it without any broker call. The unbind calls
+//! of an orphan mitigation are made here too.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt as _};
+
+use super::{FINALIZER, RECHECK, Reconcile, binding_id, secret};
+use crate::broker::Error;
+use crate::instance::resolve::{Resolved, resolve};
+use crate::instance::{ABANDON_ANNOTATION, instance_id};
+use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
+use crate::{finalizer, platform};
+
+impl Reconcile<'_> {
+    /// Deletion: the Secret first, then unbind, then the finalizer.
+    pub(super) async fn delete(mut self) -> Result<Action, Error> {
+        if !finalizer::has(self.binding, FINALIZER) {
+            return Ok(Action::await_change());
+        }
+        secret::delete(&self.secrets, self.binding).await?;
+        if self
+            .binding
+            .annotations()
+            .get(ABANDON_ANNOTATION)
+            .map(String::as_str)
+            == Some("true")
+        {
+            let left = if self.status.unbind_status == Some(UnbindStatus::Required)
+                || self.status.async_op_in_progress
+            {
+                format!(
+                    "released without unbinding: binding {:?} of instance {:?} may remain at the broker",
+                    binding_id(self.binding),
+                    self.binding.spec.instance_ref.name
+                )
+            } else {
+                "released; nothing was bound".to_owned()
+            };
+            self.event(EventType::Warning, "Abandoned", &left, "Unbind")
+                .await;
+            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        let needs_unbind = matches!(
+            self.status.unbind_status,
+            Some(UnbindStatus::Required | UnbindStatus::Failed)
+        ) || self.status.async_op_in_progress;
+        if !needs_unbind {
+            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        let name = self.binding.spec.instance_ref.name.clone();
+        let instances =
+            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
+        let Some(instance) = instances.get_opt(&name).await? else {
+            let message = format!(
+                "cannot unbind: the ServiceInstance {name:?} is gone; annotate this ServiceBinding with {ABANDON_ANNOTATION}=true to release it"
+            );
+            self.set("Ready", ConditionStatus::False, "UnbindBlocked", message);
+            self.write_status().await?;
+            return Ok(Action::requeue(RECHECK));
+        };
+        let resolved = match resolve(&instance, self.ctx).await? {
+            Ok(resolved) => self.with_identity(resolved)?,
+            Err(missing) => {
+                let message = format!(
+                    "cannot unbind: {missing}; annotate this ServiceBinding with {ABANDON_ANNOTATION}=true to release it"
+                );
+                self.set("Ready", ConditionStatus::False, "UnbindBlocked", message);
+                self.write_status().await?;
+                return Ok(Action::requeue(RECHECK));
+            }
+        };
+        if self.status.async_op_in_progress {
+            return self.poll(&instance, &resolved).await;
+        }
+        if platform::status_is_stale(&self.bindings, self.binding).await? {
+            return Ok(Action::requeue(platform::STALE_RETRY));
+        }
+        self.unbind(&instance, &resolved).await
+    }
+
+    /// Calls unbind: for a deletion, or to clean up after a bind that went wrong.
+    pub(super) async fn unbind(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+    ) -> Result<Action, Error> {
+        let answer = resolved
+            .osb
+            .unbind(
+                &instance_id(instance),
+                &binding_id(self.binding),
+                &resolved.plan_ref(),
+                true,
+            )
+            .await;
+        self.ctx.metrics.osb_call("unbind", &answer);
+        match answer {
+            Ok(response) if response.is_async() => {
+                self.status.async_op_in_progress = true;
+                self.status.current_operation = Some(ServiceBindingOperation::Unbind);
+                self.status.last_operation = response.body.operation.clone();
+                self.status.operation_start_time = Some(Time(Timestamp::now()));
+                self.set(
+                    "Ready",
+                    ConditionStatus::False,
+                    "Unbinding",
+                    "The binding is being deleted asynchronously",
+                );
+                self.write_status().await?;
+                Ok(Action::requeue(
+                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                ))
+            }
+            Ok(_) => self.unbound().await,
+            Err(e) => {
+                self.end_operation();
+                self.status.unbind_status = Some(UnbindStatus::Failed);
+                let message = format!("Unbind call failed: {e}");
+                self.set(
+                    "Ready",
+                    ConditionStatus::False,
+                    "UnbindCallFailed",
+                    message.clone(),
+                );
+                self.write_status().await?;
+                self.event(EventType::Warning, "UnbindCallFailed", &message, "Unbind")
+                    .await;
+                Ok(Action::requeue(RECHECK))
+            }
+        }
+    }
+
+    /// The broker no longer has the binding: end a deletion, or retry the bind after orphan
+    /// mitigation.
+    pub(super) async fn unbound(&mut self) -> Result<Action, Error> {
+        self.end_operation();
+        self.status.unbind_status = Some(UnbindStatus::Succeeded);
+        if self.binding.metadata.deletion_timestamp.is_some() {
+            self.write_status().await?;
+            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        self.status.orphan_mitigation_in_progress = false;
+        self.status.unbind_status = Some(UnbindStatus::NotRequired);
+        self.set(
+            "Ready",
+            ConditionStatus::False,
+            "OrphanMitigationSuccessful",
+            "What the failed bind may have created was unbound; binding again",
+        );
+        self.write_status().await?;
+        Ok(Action::requeue(RECHECK))
+    }
+}

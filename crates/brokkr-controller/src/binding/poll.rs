@@ -1,0 +1,122 @@
+//! Polling the bind or unbind in progress until it ends or outlives the plan's maximum polling
+//! duration; a finished bind's credentials are then fetched.
+
+use std::time::Duration;
+
+use brokkr_osb::client::Poll;
+use brokkr_osb::messages::OperationState;
+use kube::runtime::controller::Action;
+
+use super::{RECHECK, Reconcile, binding_id};
+use crate::broker::Error;
+use crate::instance::instance_id;
+use crate::instance::resolve::Resolved;
+use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
+use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
+
+impl Reconcile<'_> {
+    /// Polls the bind or unbind in progress.
+    pub(super) async fn poll(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+    ) -> Result<Action, Error> {
+        let unbinding = self.status.current_operation == Some(ServiceBindingOperation::Unbind);
+        let mut poll = Poll::binding(instance_id(instance), binding_id(self.binding))
+            .operation(self.status.last_operation.clone())
+            .plan(resolved.plan_ref());
+        if unbinding {
+            poll = poll.deleting();
+        }
+        let answer = resolved.osb.last_operation(&poll).await;
+        self.ctx.metrics.osb_call("last_operation", &answer);
+        let (state, description, retry_after) = match answer {
+            Ok(response) => (
+                response.body.state,
+                response.body.description,
+                response.retry_after,
+            ),
+            Err(e) if unbinding && e.status().is_some_and(|s| s.as_u16() == 410) => {
+                (OperationState::Succeeded, None, None)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let verb = if unbinding { "Unbind" } else { "Bind" };
+        match state {
+            OperationState::InProgress => {
+                let elapsed = elapsed_since(self.status.operation_start_time.as_ref());
+                if elapsed > resolved.max_polling() {
+                    let message = format!(
+                        "the broker did not finish the {} within {}",
+                        verb.to_lowercase(),
+                        humanize(resolved.max_polling())
+                    );
+                    if unbinding {
+                        self.end_operation();
+                        self.status.unbind_status = Some(UnbindStatus::Failed);
+                        self.set("Ready", ConditionStatus::False, "UnbindTimedOut", message);
+                        self.write_status().await?;
+                        return Ok(Action::requeue(RECHECK));
+                    }
+                    return self.start_orphan_mitigation(message).await;
+                }
+                let description = description.unwrap_or_else(|| format!("{verb} in progress"));
+                self.set(
+                    "Ready",
+                    ConditionStatus::False,
+                    &format!("{verb}ing"),
+                    description,
+                );
+                self.write_status().await?;
+                Ok(Action::requeue(
+                    retry_after.unwrap_or_else(|| backoff(elapsed)),
+                ))
+            }
+            OperationState::Succeeded if unbinding => self.unbound().await,
+            OperationState::Succeeded if self.binding.metadata.deletion_timestamp.is_some() => {
+                // Bound while being deleted: the credentials are not needed; unbind next.
+                self.end_operation();
+                self.status.unbind_status = Some(UnbindStatus::Required);
+                self.write_status().await?;
+                Ok(Action::requeue(Duration::from_secs(1)))
+            }
+            OperationState::Succeeded => {
+                let fetched = resolved
+                    .osb
+                    .binding(
+                        &instance_id(instance),
+                        &binding_id(self.binding),
+                        Some(&resolved.plan_ref()),
+                    )
+                    .await;
+                self.ctx.metrics.osb_call("fetch_binding", &fetched);
+                match fetched {
+                    Ok(response) => {
+                        let credentials = response.body.credentials.unwrap_or_default();
+                        self.publish(instance, resolved, credentials).await
+                    }
+                    Err(e) if may_have_created(&e) => {
+                        self.start_orphan_mitigation(format!("fetching the binding failed: {e}"))
+                            .await
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            OperationState::Failed => {
+                let message = format!(
+                    "{verb} failed: {}",
+                    description.unwrap_or_else(|| "the broker gave no reason".into())
+                );
+                if unbinding {
+                    self.end_operation();
+                    self.status.unbind_status = Some(UnbindStatus::Failed);
+                    self.set("Ready", ConditionStatus::False, "UnbindCallFailed", message);
+                    self.write_status().await?;
+                    return Ok(Action::requeue(RECHECK));
+                }
+                self.status.unbind_status = Some(UnbindStatus::NotRequired);
+                self.fail("BindCallFailed", message).await
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Getting a deleted Secret back: a bound binding whose Secret is gone gets its credentials
+//! fetched again where the class is `bindingRetrievable`; else the condition says the binding
+//! must be re-created.
+
+use kube::Api;
+use kube::runtime::controller::Action;
+
+use super::{Reconcile, binding_id, secret};
+use crate::broker::Error;
+use crate::instance::instance_id;
+use crate::instance::resolve::resolve;
+use crate::resources::{ConditionStatus, ServiceInstance};
+
+impl Reconcile<'_> {
+    /// The Secret of a bound binding went: fetch the credentials again where the broker keeps
+    /// them (`bindings_retrievable`), else say how to get them back.
+    pub(super) async fn restore_secret(&mut self) -> Result<Action, Error> {
+        let name = self.binding.spec.instance_ref.name.clone();
+        let instances =
+            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
+        let resolved = match instances.get_opt(&name).await? {
+            Some(instance) => match resolve(&instance, self.ctx).await? {
+                Ok(resolved) => Some((instance, self.with_identity(resolved)?)),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let Some((instance, resolved)) = resolved else {
+            return self
+                .secret_lost("its instance or plan cannot be found")
+                .await;
+        };
+        if !resolved.class.binding_retrievable {
+            return self
+                .secret_lost("the broker does not let bindings be fetched again")
+                .await;
+        }
+        let fetched = resolved
+            .osb
+            .binding(
+                &instance_id(&instance),
+                &binding_id(self.binding),
+                Some(&resolved.plan_ref()),
+            )
+            .await;
+        self.ctx.metrics.osb_call("fetch_binding", &fetched);
+        let credentials = fetched?.body.credentials.unwrap_or_default();
+        self.publish(&instance, &resolved, credentials).await
+    }
+
+    async fn secret_lost(&mut self, why: &str) -> Result<Action, Error> {
+        let message = format!(
+            "the Secret {:?} was deleted and cannot be written again: {why}; delete and re-create this ServiceBinding",
+            secret::name(self.binding)
+        );
+        self.set("Ready", ConditionStatus::False, "SecretDeleted", message);
+        self.write_status().await?;
+        Ok(Action::await_change())
+    }
+}
