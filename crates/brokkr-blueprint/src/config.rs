@@ -1,7 +1,7 @@
 //! The configuration file model, as written in YAML.
 //!
-//! The types accept keys they do not know, so that one parse can find every misspelt key:
-//! [`crate::parse`] reports each of them as an error.
+//! The types accept keys they do not know, so that one parse can find every misspelt key: the
+//! loader's parser (`parse`) reports each of them as an error.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Loading a configuration: reading YAML files (one, or every `*.yaml`/`*.yml` of a directory),
-//! parsing them with source positions ([`crate::parse`]), and handing them to validation, which checks everything
-//! that can be known before a request and builds the [`Config`] index.
+//! parsing them with source positions (the `parse` module), and handing them to validation,
+//! which checks everything that can be known before a request and builds the [`Config`] index.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! request/response bodies ([`catalog`], [`messages`]), the error body and its well-known error
 //! codes ([`error`]), and the rules for the `X-Broker-API-*` headers ([`headers`]), so the broker,
 //! the platform controllers and the CLI share one definition of the protocol. By default it does
-//! no I/O; the `client` feature adds [`client`], a typed async client that speaks it to any broker.
+//! no I/O; the `client` feature adds `client`, a typed async client that speaks it to any broker.
 //!
 //! Field names and optionality follow the specification text (`spec.md`), which wins over the
 //! OpenAPI files where the two disagree. Optional fields are omitted, never serialized as `null`.

@@ -26,7 +26,7 @@
 //!
 //! brokkr never takes over what it did not create. Each role it creates carries, from the
 //! transaction that creates it, a comment naming the database, instance and binding it was made
-//! for (its [`Owner`] record); a database is the instance's when its owner role is. Applying a resource
+//! for (its owner record); a database is the instance's when its owner role is. Applying a resource
 //! whose role or database exists without this instance's (or binding's) record fails, and
 //! deleting one leaves it alone, so two instances that were given the same names cannot reach
 //! each other's data. Grants and role changes for one database are serialized with an advisory

@@ -200,7 +200,7 @@ pub fn controlled_by(secret: &Secret, binding: &ServiceBinding) -> bool {
         .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
 }
 
-/// What [`write`] found.
+/// What [`write()`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Written {
     /// The Secret holds the contents.

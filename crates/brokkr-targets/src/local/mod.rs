@@ -21,8 +21,8 @@
 //! its bindings hand to the `postgres`, `mysql` and `redis` targets as their `server`, so
 //! databases, roles and ACL users are made by the same code as on shared servers.
 //!
-//! Supervision (restarts, adoption after a broker restart, stopping) is [`supervisor`]'s; what
-//! differs between the four servers is [`engines`]'.
+//! Supervision (restarts, adoption after a broker restart, stopping) is `supervisor`'s; what
+//! differs between the four servers is `engines`'.
 
 use std::path::PathBuf;
 use std::sync::Arc;
