@@ -15,7 +15,8 @@ use tracing::info;
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, wait_sync,
+    Steps, Written, accepted, launch, new_operation, operation_failed, poll_response, superseded,
+    wait_sync,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -197,7 +198,7 @@ async fn bind(
             match store.create(&resource).await? {
                 Created::Inserted => {
                     info!(instance_id, binding_id, operation = %resource.op.id, "binding");
-                    return started(&broker, &resource).await;
+                    return started(&broker, &resource, Written::Row).await;
                 }
                 Created::Exists(_) => continue,
             }
@@ -248,7 +249,7 @@ async fn bind(
                     .await?
                 {
                     info!(instance_id, binding_id, operation = %resource.op.id, "binding again after a failure");
-                    return started(&broker, &resource).await;
+                    return started(&broker, &resource, Written::Operation).await;
                 }
             }
         }
@@ -273,8 +274,8 @@ fn instance_busy(instance: &Resource) -> ApiError {
     }
 }
 
-async fn started(broker: &Broker, r: &Resource) -> ApiResult {
-    match launch(broker, &r.key, &r.op).await? {
+async fn started(broker: &Broker, r: &Resource, written: Written) -> ApiResult {
+    match launch(broker, r, written).await? {
         None => Ok(accepted(&r.op)),
         Some(done) if done.op.id != r.op.id => Err(superseded(&done)),
         Some(done) if done.op.state == OperationState::Succeeded => match r.op.kind {
@@ -365,7 +366,7 @@ async fn unbind(
         if store.start(&key, &current.op.id, &op, status).await? {
             info!(instance_id, binding_id, operation = %op.id, "unbinding");
             let r = Resource { op, ..current };
-            return started(&broker, &r).await;
+            return started(&broker, &r, Written::Operation).await;
         }
     }
     Err(ApiError::concurrency(format!(

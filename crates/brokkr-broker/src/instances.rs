@@ -18,7 +18,8 @@ use tracing::info;
 use crate::body::{Query, check_id};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, wait_sync,
+    Steps, Written, accepted, launch, new_operation, operation_failed, poll_response, superseded,
+    wait_sync,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -230,7 +231,7 @@ async fn provision(
             match broker.engine.store().create(&resource).await? {
                 Created::Inserted => {
                     info!(instance_id, operation = %resource.op.id, plan = %entry.plan.name, "provisioning");
-                    return started(&broker, &resource, StatusCode::CREATED).await;
+                    return started(&broker, &resource, Written::Row, StatusCode::CREATED).await;
                 }
                 Created::Exists(_) => continue, // lost a race: decide against the winner
             }
@@ -282,7 +283,8 @@ async fn provision(
                     .await?
                 {
                     info!(instance_id, operation = %resource.op.id, "provisioning again after a failure");
-                    return started(&broker, &resource, StatusCode::CREATED).await;
+                    let written = Written::Operation;
+                    return started(&broker, &resource, written, StatusCode::CREATED).await;
                 }
             }
         }
@@ -294,8 +296,13 @@ async fn provision(
 
 /// Answers a request that just started `r.op`: 202 for asynchronous plans, or the final answer
 /// of a synchronous one (`created` on success).
-async fn started(broker: &Broker, r: &Resource, created: StatusCode) -> ApiResult {
-    match launch(broker, &r.key, &r.op).await? {
+async fn started(
+    broker: &Broker,
+    r: &Resource,
+    written: Written,
+    created: StatusCode,
+) -> ApiResult {
+    match launch(broker, r, written).await? {
         None => Ok(json_response(
             StatusCode::ACCEPTED,
             &InstanceOperationResponse {
@@ -466,7 +473,7 @@ async fn update(
     }
     info!(instance_id, operation = %op.id, plan = %entry.plan.name, "updating");
     let updated = Resource { op, ..current };
-    started(&broker, &updated, StatusCode::OK).await
+    started(&broker, &updated, Written::Operation, StatusCode::OK).await
 }
 
 async fn deprovision(
@@ -549,7 +556,7 @@ async fn deprovision(
         {
             info!(instance_id, operation = %op.id, "deprovisioning");
             let r = Resource { op, ..current };
-            return started(&broker, &r, StatusCode::OK).await;
+            return started(&broker, &r, Written::Operation, StatusCode::OK).await;
         }
     }
     Err(ApiError::concurrency(format!(
