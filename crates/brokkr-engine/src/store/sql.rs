@@ -246,9 +246,11 @@ impl SqlStore {
                 .max_connections(8)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
+                        // The writer's checkpoint interval (see `writer`), here too.
                         conn.execute(
                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                             PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;",
+                             PRAGMA wal_autocheckpoint = 10000; PRAGMA busy_timeout = 30000; \
+                             PRAGMA secure_delete = ON;",
                         )
                         .await?;
                         Ok(())
