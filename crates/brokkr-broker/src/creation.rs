@@ -15,7 +15,7 @@ use tracing::info;
 
 use crate::Broker;
 use crate::error::ApiError;
-use crate::operations::{accepted, wait_sync};
+use crate::operations::{Written, accepted, wait_sync};
 use crate::response::ApiResult;
 
 /// What a provision and a bind do their own way.
@@ -34,8 +34,8 @@ pub(crate) trait Creation {
     /// The answer for the resource, which exists and is ready.
     fn ready(&self, r: &Resource) -> Response;
 
-    /// Answers a request that just started `r`'s operation.
-    async fn started(&self, r: &Resource) -> ApiResult;
+    /// Answers a request that just started `r`'s operation, having `written` its row.
+    async fn started(&self, r: &Resource, written: Written) -> ApiResult;
 }
 
 /// Creates `resource` with its first operation, or answers from the one that exists (see the
@@ -68,7 +68,7 @@ pub(crate) async fn create<C: Creation>(
             match store.create(&resource).await? {
                 Created::Inserted => {
                     log(&resource, "creating");
-                    return creation.started(&resource).await;
+                    return creation.started(&resource, Written::Row).await;
                 }
                 Created::Exists(_) => continue, // lost a race: decide against the winner
             }
@@ -110,7 +110,7 @@ pub(crate) async fn create<C: Creation>(
                 let again = NewStatus::Set(Status::Creating);
                 if store.start(&key, &op.id, &resource.op, again).await? {
                     log(&resource, "creating again after a failure");
-                    return creation.started(&resource).await;
+                    return creation.started(&resource, Written::Operation).await;
                 }
             }
         }

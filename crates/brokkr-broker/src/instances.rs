@@ -21,8 +21,8 @@ use crate::body::{Query, check_id};
 use crate::creation::{Creation, create};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
-    teardown_running,
+    Steps, Written, accepted, launch, new_operation, operation_failed, poll_response, superseded,
+    teardown, teardown_running,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -234,15 +234,20 @@ impl Creation for NewInstance<'_> {
         json_response(StatusCode::OK, &instance_body(r))
     }
 
-    async fn started(&self, r: &Resource) -> ApiResult {
-        started(self.broker, r, StatusCode::CREATED).await
+    async fn started(&self, r: &Resource, written: Written) -> ApiResult {
+        started(self.broker, r, written, StatusCode::CREATED).await
     }
 }
 
 /// Answers a request that just started `r.op`: 202 for asynchronous plans, or the final answer
 /// of a synchronous one (`created` on success).
-async fn started(broker: &Broker, r: &Resource, created: StatusCode) -> ApiResult {
-    match launch(broker, &r.key, &r.op).await? {
+async fn started(
+    broker: &Broker,
+    r: &Resource,
+    written: Written,
+    created: StatusCode,
+) -> ApiResult {
+    match launch(broker, r, written).await? {
         None => Ok(json_response(
             StatusCode::ACCEPTED,
             &InstanceOperationResponse {
@@ -417,7 +422,7 @@ async fn update(
     }
     info!(instance_id, operation = %op.id, plan = %entry.plan.name, "updating");
     let updated = Resource { op, ..current };
-    started(&broker, &updated, StatusCode::OK).await
+    started(&broker, &updated, Written::Operation, StatusCode::OK).await
 }
 
 async fn deprovision(
@@ -477,7 +482,7 @@ async fn deprovision(
         {
             info!(instance_id, operation = %op.id, "deprovisioning");
             let r = Resource { op, ..current };
-            return started(&broker, &r, StatusCode::OK).await;
+            return started(&broker, &r, Written::Operation, StatusCode::OK).await;
         }
     }
     Err(ApiError::concurrency(format!(

@@ -111,18 +111,31 @@ pub(crate) async fn teardown_running(
     }
 }
 
-/// Runs a freshly started operation: inline for synchronous plans (returning the resource as it
-/// ended), in the background otherwise.
+/// What the request that started an operation wrote to its resource's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The whole row: it created the resource, and the row holds exactly what it sent.
+    Row,
+    /// The operation only, on an existing row whose other columns may have changed since the
+    /// request read them.
+    Operation,
+}
+
+/// Runs the operation `r.op` a request has just committed: inline for synchronous plans
+/// (returning the resource as it ended), in the background otherwise — from `r` itself when the
+/// request wrote the whole row, without reading it back.
 pub(crate) async fn launch(
     broker: &Broker,
-    key: &Key,
-    op: &Operation,
+    r: &Resource,
+    written: Written,
 ) -> Result<Option<Resource>, ApiError> {
-    if op.plan.steps.is_empty() {
+    let key = &r.key;
+    if r.op.plan.steps.is_empty() {
         broker.engine.run_to_end(key.clone()).await;
         Ok(broker.engine.store().get(key).await?)
     } else {
-        broker.engine.spawn(key.clone());
+        let row = (written == Written::Row).then(|| r.clone());
+        broker.engine.spawn_new(key.clone(), row);
         Ok(None)
     }
 }

@@ -122,7 +122,7 @@ pub struct Operation {
 }
 
 impl Operation {
-    /// A new operation, leased to `owner` so that it can run at once.
+    /// A new operation, leased to `owner` so that it can run at once, its first step started.
     pub fn new(
         kind: OpKind,
         plan: OpPlan,
@@ -134,13 +134,16 @@ impl Operation {
         let now = crate::now_ms();
         let description = match plan.steps.first() {
             Some(step) => format!(
-                "{}: step 1/{} '{}' starting",
+                "{}: step 1/{} '{}' in progress",
                 kind.as_str(),
                 plan.steps.len(),
                 step.name
             ),
             None => format!("{} in progress", kind.as_str()),
         };
+        // The first step starts with the operation: its start is committed with the operation's
+        // creation, not by a commit of its own.
+        let step_started_at = (!plan.steps.is_empty()).then_some(now);
         Self {
             id: uuid::Uuid::new_v4().to_string(),
             kind,
@@ -149,7 +152,7 @@ impl Operation {
             update,
             plan,
             step: 0,
-            step_started_at: None,
+            step_started_at,
             next_run_at: now,
             deadline_at: now.saturating_add(deadline_ms),
             lease_owner: Some(owner.to_owned()),

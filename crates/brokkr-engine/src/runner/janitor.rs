@@ -82,6 +82,11 @@ impl Engine {
         r: &Resource,
         done: &str,
     ) -> Result<String, StoreError> {
+        // A step this operation leaves behind is recorded in its outputs before it is an
+        // orphan: without one there, there is nothing to look up.
+        if r.outputs.skipped.as_ref().is_none_or(|s| s.op != r.op.id) {
+            return Ok(done.to_owned());
+        }
         let orphans = self
             .inner
             .store

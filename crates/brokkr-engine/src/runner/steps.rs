@@ -35,6 +35,23 @@ pub(super) enum Outcome {
 /// Default time a deprovision or unbind step may keep asking to be retried before it is skipped.
 const DEFAULT_BUDGET: Duration = Duration::from_secs(300);
 
+/// A step's request to run again later.
+struct Wait {
+    /// How long to wait.
+    wait: Duration,
+    /// Why, for the user.
+    reason: Option<String>,
+    /// When the step first started (ms).
+    started: i64,
+    /// Whether this was the first run of a new operation's first step, whose start the
+    /// operation's creation committed.
+    first_run: bool,
+}
+
+/// A wait shorter than this does not change the `Retry-After` a poll is answered with (at
+/// least a second), so the first one of a new operation need not be saved.
+const SHORT_WAIT: Duration = Duration::from_secs(1);
+
 /// What the step loop does after an outcome's save point.
 enum Next {
     /// Go round again: the next step, the same one after its wait, or the operation's end.
@@ -45,13 +62,16 @@ enum Next {
 }
 
 impl Engine {
-    /// Runs the steps of `op` on `resource` from where it stands.
+    /// Runs the steps of `op` on `resource` from where it stands. A `new` operation (just
+    /// created or started by a request here) had its first step's start committed with it.
     pub(super) async fn drive_steps(
         &self,
         resource: &mut Resource,
         op: &mut Operation,
+        new: bool,
     ) -> Result<(), StoreError> {
         let inner = &self.inner;
+        let mut start_committed = new && op.step_started_at.is_some();
         loop {
             let now = now_ms();
             if inner.shutdown.is_cancelled() {
@@ -76,7 +96,9 @@ impl Engine {
                 };
                 return self.finish(resource, &op.id, outcome).await;
             };
-            if op.step_started_at.is_none() {
+            // True on the first run of a new operation's first step only.
+            let first_run = std::mem::take(&mut start_committed);
+            if op.step_started_at.is_none() || first_run {
                 self.event(&op.id, "step_started", Some(&step.name), None)
                     .await;
             }
@@ -98,8 +120,13 @@ impl Engine {
                         .await?
                 }
                 Outcome::RetryAfter(wait, reason) => {
-                    self.step_waits(&resource.key, op, wait, reason, started, now)
-                        .await?
+                    let wait = Wait {
+                        wait,
+                        reason,
+                        started,
+                        first_run,
+                    };
+                    self.step_waits(&resource.key, op, wait, now).await?
                 }
                 Outcome::Fail(reason) => self.step_failed(resource, op, reason).await?,
             };
@@ -170,17 +197,21 @@ impl Engine {
         self.advance(&resource.key, op, now, &state).await
     }
 
-    /// A step asks to be run again after `wait` (cut to the deadline): saves that, then hands a
+    /// A step asks to be run again after a wait (cut to the deadline): saves that, then hands a
     /// long wait back to the worker, or sleeps through a short one here.
     async fn step_waits(
         &self,
         key: &Key,
         op: &mut Operation,
-        wait: Duration,
-        reason: Option<String>,
-        started: i64,
+        wait: Wait,
         now: i64,
     ) -> Result<Next, StoreError> {
+        let Wait {
+            wait,
+            reason,
+            started,
+            first_run,
+        } = wait;
         let inner = &self.inner;
         let step = current(op);
         (inner.metrics.step_waits)
@@ -197,7 +228,16 @@ impl Engine {
             Some(reason) => format!(": {reason}"),
             None => " in progress".to_owned(),
         };
-        op.description = Some(describe(op, &state));
+        let description = Some(describe(op, &state));
+        // The first short wait of a new operation's first step: the row already says that the
+        // step started then and is in progress, under a lease that outlasts the wait by more
+        // than half its length. Saving that again would only move `next_run_at`, which after a
+        // crash makes the step due a few milliseconds sooner, where it waits the rest.
+        let unchanged = first_run
+            && op.description == description
+            && wait < SHORT_WAIT
+            && op.lease_until - (now + ms(wait)) > ms(inner.options.lease / 2);
+        op.description = description;
         op.step_started_at = Some(started);
         op.next_run_at = now + ms(wait);
         if wait > inner.options.lease / 2 {
@@ -208,7 +248,7 @@ impl Engine {
             }
             return Ok(Next::Stop);
         }
-        if !self.save_progress(key, op, now).await? {
+        if !unchanged && !self.save_progress(key, op, now).await? {
             return Ok(Next::Stop); // superseded or taken over
         }
         if wait >= Duration::from_secs(1) {

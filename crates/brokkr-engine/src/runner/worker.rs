@@ -41,7 +41,22 @@ impl Engine {
     /// Runs the operation of `key` in the background; it must be leased to this engine.
     pub fn spawn(&self, key: Key) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
-        self.inner.tasks.spawn(async move { engine.run(key).await })
+        self.inner
+            .tasks
+            .spawn(async move { engine.run(key, Entry::Read).await })
+    }
+
+    /// Runs, in the background, the operation of `key` that a request of this process has just
+    /// committed (created, or started on an existing resource) with [`crate::Operation::new`].
+    /// `written` is the resource exactly as that commit wrote it, when the request knows it (it
+    /// created the row): the engine then starts from it instead of reading it back. A request
+    /// that changed an existing row passes `None`: other columns may have changed since it read
+    /// them.
+    pub fn spawn_new(&self, key: Key, written: Option<Resource>) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        self.inner
+            .tasks
+            .spawn(async move { engine.run(key, Entry::New(written.map(Box::new))).await })
     }
 
     /// Runs the operation of `key` to its end (or to a long wait) in its own task and waits for
@@ -52,11 +67,11 @@ impl Engine {
         }
     }
 
-    async fn run(&self, key: Key) {
+    async fn run(&self, key: Key, entry: Entry) {
         let span = info_span!("operation", instance_id = %key.instance_id,
             binding_id = key.binding_id.as_deref().unwrap_or(""),
             operation = tracing::field::Empty, kind = tracing::field::Empty);
-        if let Err(e) = self.drive(&key).instrument(span).await {
+        if let Err(e) = self.drive(&key, entry).instrument(span).await {
             warn!(%key, error = %e, "operation interrupted by a store error; it will be resumed");
         }
     }
@@ -122,11 +137,17 @@ impl Engine {
 
     /// Runs the operation of `key` if it is in progress, leased to this engine and not already
     /// running here.
-    async fn drive(&self, key: &Key) -> Result<(), StoreError> {
+    async fn drive(&self, key: &Key, entry: Entry) -> Result<(), StoreError> {
         let inner = &self.inner;
         let owner = inner.owner.as_str();
-        let Some(resource) = inner.store.get(key).await? else {
-            return Ok(());
+        let (resource, new) = match entry {
+            Entry::New(Some(written)) => (*written, true),
+            Entry::New(None) | Entry::Read => {
+                let Some(resource) = inner.store.get(key).await? else {
+                    return Ok(());
+                };
+                (resource, matches!(entry, Entry::New(_)))
+            }
         };
         let mut op = resource.op.clone();
         if !op.in_progress() || op.lease_owner.as_deref() != Some(owner) {
@@ -138,16 +159,25 @@ impl Engine {
         let span = tracing::Span::current();
         span.record("operation", op.id.as_str());
         span.record("kind", op.kind.as_str());
-        if op.step > 0 || op.step_started_at.is_some() {
+        if !new && (op.step > 0 || op.step_started_at.is_some()) {
             self.event(&op.id, "resumed", None, None).await;
         }
         inner.metrics.running.inc();
         let mut resource = resource;
-        let result = self.drive_steps(&mut resource, &mut op).await;
+        let result = self.drive_steps(&mut resource, &mut op, new).await;
         self.flush_events(&op.id).await;
         inner.metrics.running.dec();
         result
     }
+}
+
+/// How the engine comes to run an operation.
+enum Entry {
+    /// Claimed, or asked for by key: read from the store; if it had begun, it is resumed.
+    Read,
+    /// Just committed by a request of this process, its first step started by that commit;
+    /// with the resource as written, or `None` to read it.
+    New(Option<Box<Resource>>),
 }
 
 /// Marks an operation as running in this process for as long as it lives, even if the task

@@ -123,8 +123,9 @@ pub trait Store: Send + Sync {
     async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
 
     /// Reads a resource's status and operations only — what `last_operation` answers with:
-    /// its `attrs`, `outputs` and operation's update are empty and its operation's plan too,
-    /// so nothing is decrypted.
+    /// its `attrs`, `outputs` and operation's update are empty, its operation's plan too, and
+    /// its lease not told (no owner, until 0), so nothing is decrypted, and a SQLite store may
+    /// answer from memory.
     async fn get_status(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
 
     /// Inserts a resource with its first operation, unless a live one with that key exists.

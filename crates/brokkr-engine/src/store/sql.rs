@@ -4,8 +4,9 @@
 //! row locking clause used when claiming due operations. PostgreSQL runs them all through sqlx's
 //! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
 //! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
-//! caller's thread (`readers`); the rest goes through sqlx. Timestamps are milliseconds since the
-//! Unix epoch; JSON is stored as text.
+//! caller's thread (`readers`), and the status of what the writer changed lately from memory
+//! (`view`); the rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON
+//! is stored as text.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
@@ -21,10 +22,14 @@ use crate::model::{
 mod orphans;
 mod readers;
 mod statement;
+mod view;
 mod writer;
 
+use std::sync::Arc;
+
 use readers::Readers;
-use statement::{Arg, Columns, Statement};
+use statement::{Arg, ByPosition, Columns, Statement};
+use view::{StatusRow, Touches, View};
 use writer::Writer;
 
 /// Which SQL database a store talks to.
@@ -43,6 +48,8 @@ pub struct SqlStore {
     writer: Option<Writer>,
     /// For a SQLite file: connections that read one resource in the caller's thread.
     readers: Option<Readers>,
+    /// For a SQLite file: the status of the resources the writer changed lately.
+    view: Option<Arc<View>>,
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
     _lock: Option<std::fs::File>,
 }
@@ -137,6 +144,37 @@ const COLUMNS: &str = "instance_id, binding_id, service_id, plan_id, attrs, stat
     op_plan, op_step, op_step_started_at, op_next_run_at, op_deadline_at, lease_owner, \
     lease_until, op_started_at, op_finished_at, prev_op_id, prev_op_state, prev_op_description";
 
+/// The names [`COLUMNS`] lists, in its order: a row it selects is read by position.
+const COLUMN_NAMES: [&str; 27] = [
+    "instance_id",
+    "binding_id",
+    "service_id",
+    "plan_id",
+    "attrs",
+    "status",
+    "outputs",
+    "dashboard_url",
+    "created_at",
+    "deleted_at",
+    "op_id",
+    "op_kind",
+    "op_state",
+    "op_description",
+    "op_request",
+    "op_plan",
+    "op_step",
+    "op_step_started_at",
+    "op_next_run_at",
+    "op_deadline_at",
+    "lease_owner",
+    "lease_until",
+    "op_started_at",
+    "op_finished_at",
+    "prev_op_id",
+    "prev_op_state",
+    "prev_op_description",
+];
+
 /// Binds a key as the two columns of the primary key.
 fn binding_col(key: &Key) -> &str {
     key.binding_id.as_deref().unwrap_or("")
@@ -208,9 +246,11 @@ impl SqlStore {
                 .max_connections(8)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
+                        // The writer's checkpoint interval (see `writer`), here too.
                         conn.execute(
                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                             PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;",
+                             PRAGMA wal_autocheckpoint = 10000; PRAGMA busy_timeout = 30000; \
+                             PRAGMA secure_delete = ON;",
                         )
                         .await?;
                         Ok(())
@@ -224,6 +264,7 @@ impl SqlStore {
         };
         let pool = options.connect(&url).await?;
         // The pool's first connection has created the file.
+        let view = Arc::new(View::new());
         let path = match dialect {
             Dialect::Sqlite => sqlite_path(&url),
             Dialect::Postgres => None,
@@ -232,8 +273,11 @@ impl SqlStore {
             pool,
             dialect,
             keyring,
-            writer: path.map(Writer::open).transpose()?,
+            writer: path
+                .map(|path| Writer::open(path, view.clone()))
+                .transpose()?,
             readers: path.map(Readers::new),
+            view: path.map(|_| view),
             _lock: lock,
         })
     }
@@ -282,11 +326,16 @@ impl SqlStore {
 
     /// Runs `first` and, if it changed a row, `rest`, in one transaction; returns whether
     /// `first` changed a row (when it did not, nothing changes). On a SQLite file this is one
-    /// change of the writer's next group commit.
-    async fn write(&self, first: Statement, rest: Vec<Statement>) -> Result<bool, StoreError> {
+    /// change of the writer's next group commit, which the view shows as `touches` says.
+    async fn write(
+        &self,
+        first: Statement,
+        rest: Vec<Statement>,
+        touches: Touches,
+    ) -> Result<bool, StoreError> {
         if let Some(writer) = &self.writer {
             return writer
-                .write(move |conn| {
+                .write(touches, move |conn| {
                     if first.run(conn)? == 0 {
                         return Ok(false);
                     }
@@ -392,10 +441,20 @@ impl SqlStore {
             .map_err(|e| corrupt(format!("{column}: {e}")))
     }
 
-    /// Reads the row of `key`, decoded in full or for its status only.
+    /// Reads the row of `key`, decoded in full or for its status only (from the view, when it
+    /// has it).
     async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
+        if let Some(view) = self.view.as_ref().filter(|_| status_only)
+            && let Some(r) = view.read(key, |row| self.decode(row, true))
+        {
+            return r.map(Some);
+        }
         if let Some(readers) = &self.readers {
             return readers.read(|conn| {
+                if status_only {
+                    let row = StatusRow::read(conn, key)?;
+                    return row.map(|row| self.decode(&row, true)).transpose();
+                }
                 let sql = format!(
                     "SELECT {COLUMNS} FROM brokkr_resources \
                      WHERE instance_id = ?1 AND binding_id = ?2"
@@ -403,7 +462,7 @@ impl SqlStore {
                 let mut statement = conn.prepare_cached(&sql)?;
                 let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
                 rows.next()?
-                    .map(|row| self.decode(row, status_only))
+                    .map(|row| self.decode(&ByPosition(row), status_only))
                     .transpose()
             });
         }
@@ -421,7 +480,8 @@ impl SqlStore {
     }
 
     /// A resource from its row; with `status_only`, without the columns that need decrypting or
-    /// parsing (attributes, outputs, the operation's request and plan).
+    /// parsing (attributes, outputs, the operation's request and plan) nor its lease, which
+    /// changes outside the writer's view (claims).
     fn decode(&self, row: &impl Columns, status_only: bool) -> Result<Resource, StoreError> {
         let instance_id: String = row.column("instance_id")?;
         let binding_id: String = row.column("binding_id")?;
@@ -475,8 +535,14 @@ impl SqlStore {
             step_started_at: row.column("op_step_started_at")?,
             next_run_at: row.column("op_next_run_at")?,
             deadline_at: row.column("op_deadline_at")?,
-            lease_owner: row.column("lease_owner")?,
-            lease_until: row.column("lease_until")?,
+            lease_owner: match status_only {
+                true => None,
+                false => row.column("lease_owner")?,
+            },
+            lease_until: match status_only {
+                true => 0,
+                false => row.column("lease_until")?,
+            },
             started_at: row.column("op_started_at")?,
             finished_at: row.column("op_finished_at")?,
         };
@@ -644,8 +710,9 @@ impl Store for SqlStore {
         self.operation_args(&mut args, &r.key, op);
         args.push(op.finished_at.into());
         for _ in 0..3 {
+            let insert = Statement::new(sql.as_str(), args.clone());
             if self
-                .write(Statement::new(sql.as_str(), args.clone()), Vec::new())
+                .write(insert, Vec::new(), Touches::Resource(r.key.clone()))
                 .await?
             {
                 return Ok(Created::Inserted);
@@ -696,7 +763,9 @@ impl Store for SqlStore {
             binding_col(key).into(),
             expected_op.into(),
         ]);
-        self.write(Statement::new(sql, args), Vec::new()).await
+        let touches = Touches::Resource(key.clone());
+        self.write(Statement::new(sql, args), Vec::new(), touches)
+            .await
     }
 
     async fn save_progress(
@@ -720,7 +789,9 @@ impl Store for SqlStore {
             op.id.as_str().into(),
             owner.into(),
         ];
-        self.write(Statement::new(sql, args), Vec::new()).await
+        let touches = Touches::Resource(key.clone());
+        self.write(Statement::new(sql, args), Vec::new(), touches)
+            .await
     }
 
     async fn save_outputs(
@@ -740,7 +811,9 @@ impl Store for SqlStore {
             op_id.into(),
             owner.into(),
         ];
-        self.write(Statement::new(sql, args), Vec::new()).await
+        let touches = Touches::Nothing; // outputs are not part of the status
+        self.write(Statement::new(sql, args), Vec::new(), touches)
+            .await
     }
 
     async fn finish(
@@ -788,7 +861,9 @@ impl Store for SqlStore {
         // One transaction: the tombstones of the bindings and the events stand only if the
         // operation's end does.
         let mut rest = Vec::new();
+        let mut touches = Touches::Resource(key.clone());
         if key.binding_id.is_none() && f.status == Status::Deleted {
+            touches = Touches::InstanceAndBindings(key.clone());
             rest.push(Statement::new(
                 "UPDATE brokkr_resources SET status = 'deleted', deleted_at = $1, \
                  lease_owner = NULL, lease_until = 0, op_finished_at = $1, \
@@ -800,7 +875,7 @@ impl Store for SqlStore {
             ));
         }
         rest.extend(self.event_statements(op_id, events));
-        self.write(end, rest).await
+        self.write(end, rest, touches).await
     }
 
     async fn claim_due(
@@ -852,7 +927,8 @@ impl Store for SqlStore {
                 owner.into(),
             ],
         );
-        self.write(release, Vec::new()).await?;
+        // A lease is not part of the status.
+        self.write(release, Vec::new(), Touches::Nothing).await?;
         Ok(())
     }
 
@@ -934,7 +1010,11 @@ impl Store for SqlStore {
             .execute(&self.pool)
             .await?;
         }
-        Ok(done.rows_affected() + orphans.rows_affected())
+        let purged = done.rows_affected() + orphans.rows_affected();
+        if let Some(view) = self.view.as_ref().filter(|_| purged > 0) {
+            view.clear(); // it may show what was just deleted
+        }
+        Ok(purged)
     }
 
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError> {
@@ -964,7 +1044,8 @@ impl Store for SqlStore {
     async fn append_events(&self, op_id: &str, events: &[Event]) -> Result<(), StoreError> {
         let mut statements = self.event_statements(op_id, events).into_iter();
         if let Some(first) = statements.next() {
-            self.write(first, statements.collect()).await?;
+            self.write(first, statements.collect(), Touches::Nothing)
+                .await?;
         }
         Ok(())
     }
@@ -1075,5 +1156,16 @@ impl Store for SqlStore {
 
     fn shared(&self) -> bool {
         self.dialect == Dialect::Postgres
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_names_are_the_selected_columns_in_order() {
+        let selected: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(selected, COLUMN_NAMES);
     }
 }

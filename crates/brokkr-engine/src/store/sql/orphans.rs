@@ -96,7 +96,8 @@ impl SqlStore {
                 step.into(),
             ],
         );
-        self.write(resolve, Vec::new()).await
+        self.write(resolve, Vec::new(), super::Touches::Nothing)
+            .await
     }
 
     pub(super) async fn claim_orphans(

@@ -2,8 +2,8 @@
 //!
 //! Through sqlx, each read goes to its connection's thread and back. A read of one row by its
 //! primary key takes microseconds, and in WAL mode a reader never waits for the writer (it sees
-//! the last commit), so the hot path's reads (`get`, `get_status`: every `last_operation` and
-//! every step of the engine) run right where they are asked, on a connection taken from a few
+//! the last commit), so the hot path's reads (`get`, and the `get_status` of a `last_operation`
+//! the view does not answer) run right where they are asked, on a connection taken from a few
 //! kept open.
 
 use std::sync::Mutex;

@@ -1,0 +1,270 @@
+//! SQLite's view of recently changed resources: what `get_status` (every `last_operation`)
+//! answers from without a read transaction.
+//!
+//! A read on a reader connection starts a transaction: SQLite takes its shared lock, checks the
+//! WAL index and reads again the pages other connections changed since. On a busy broker, most
+//! polls ask about operations this process is running, whose rows the writer thread has just
+//! written. So within each change's transaction the writer reads back the status columns of the
+//! resource the change touched, and once the batch is committed, before any caller hears of it,
+//! it puts them here, in commit order. A poll finds them here; a resource not here is read from
+//! the store, which then holds nothing newer than what the writer will put here next.
+//!
+//! Only a process that owns its SQLite file can do this: every change of a row shown here goes
+//! through the writer, except purging tombstones, after which the view is emptied. Entries of
+//! operations that ended more than [`LINGER`] ago are dropped, and all of them when more than
+//! [`CAPACITY`] are left, so that memory stays bounded whatever the number of resources.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::types::{Value, ValueRef};
+
+use super::statement::{Column, Columns};
+use super::{COLUMN_NAMES, binding_col};
+use crate::model::Key;
+use crate::store::StoreError;
+
+/// How long the status of an ended operation stays after its last change: its platform's last
+/// polls come soon after the end.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// Most resources kept (some hundred bytes each).
+const CAPACITY: usize = 16_384;
+
+/// How often entries past [`LINGER`] are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What [`STATUS_COLUMNS`] selects of one row, read by position like a row of `COLUMNS`.
+#[derive(Debug, Clone)]
+pub(super) struct StatusRow(Vec<Value>);
+
+/// The statement that reads a status row: [`super::COLUMNS`] with the columns `get_status` does
+/// not read (sealed or parsed JSON) as NULL, so that it decodes as a row of `COLUMNS`.
+static SELECT_STATUS: LazyLock<String> = LazyLock::new(|| {
+    let columns: Vec<&str> = COLUMN_NAMES
+        .iter()
+        .map(|c| match *c {
+            "attrs" | "outputs" | "op_request" | "op_plan" => "NULL",
+            c => c,
+        })
+        .collect();
+    format!(
+        "SELECT {} FROM brokkr_resources WHERE instance_id = ?1 AND binding_id = ?2",
+        columns.join(", ")
+    )
+});
+
+impl StatusRow {
+    /// The status row of `key` as `conn` sees it; `None` when there is no such row.
+    pub(super) fn read(conn: &rusqlite::Connection, key: &Key) -> rusqlite::Result<Option<Self>> {
+        let mut statement = conn.prepare_cached(&SELECT_STATUS)?;
+        let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
+        let Some(row) = rows.next()? else {
+            return Ok(None);
+        };
+        let values = (0..COLUMN_NAMES.len())
+            .map(|i| row.get::<_, Value>(i))
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(Some(Self(values)))
+    }
+
+    fn in_progress(&self) -> bool {
+        let state = COLUMN_NAMES.iter().position(|c| *c == "op_state");
+        matches!(state.map(|at| &self.0[at]), Some(Value::Text(s)) if s == "in progress")
+    }
+}
+
+impl Columns for StatusRow {
+    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
+        let at = COLUMN_NAMES
+            .iter()
+            .position(|c| *c == name)
+            .ok_or_else(|| StoreError::Sqlite(format!("no column {name}")))?;
+        T::column_result(ValueRef::from(&self.0[at]))
+            .map_err(|e| StoreError::Sqlite(format!("{name}: {e}")))
+    }
+}
+
+/// What a change does to the resources the view shows.
+#[derive(Debug, Clone)]
+pub(super) enum Touches {
+    /// Nothing it shows (events, outputs, leases, orphans).
+    Nothing,
+    /// This resource.
+    Resource(Key),
+    /// This instance, and its bindings, which it turns into tombstones (a deprovision's end).
+    InstanceAndBindings(Key),
+}
+
+/// What a committed change leaves in the view.
+#[derive(Debug)]
+pub(super) struct Seen {
+    touches: Touches,
+    row: Option<StatusRow>,
+}
+
+impl Seen {
+    /// Reads back, within the change's transaction, what it `touches`.
+    pub(super) fn read(conn: &rusqlite::Connection, touches: Touches) -> rusqlite::Result<Self> {
+        let row = match &touches {
+            Touches::Nothing => None,
+            Touches::Resource(key) | Touches::InstanceAndBindings(key) => {
+                StatusRow::read(conn, key)?
+            }
+        };
+        Ok(Self { touches, row })
+    }
+}
+
+struct Entry {
+    row: StatusRow,
+    in_progress: bool,
+    at: Instant,
+}
+
+/// By instance id, then binding id (`""` for the instance itself).
+type Rows = HashMap<String, HashMap<String, Entry>>;
+
+/// The view: written by the writer thread after its commits, read by `get_status`.
+pub(super) struct View {
+    rows: Mutex<(Rows, Instant)>,
+}
+
+impl View {
+    pub(super) fn new() -> Self {
+        Self {
+            rows: Mutex::new((HashMap::new(), Instant::now())),
+        }
+    }
+
+    /// Decodes the status row of `key` with `decode`, if the view has it.
+    pub(super) fn read<R>(&self, key: &Key, decode: impl FnOnce(&StatusRow) -> R) -> Option<R> {
+        let rows = self.rows.lock().expect("lock");
+        let entry = rows.0.get(&key.instance_id)?.get(binding_col(key))?;
+        Some(decode(&entry.row))
+    }
+
+    /// Puts what committed changes left, in commit order.
+    pub(super) fn publish(&self, seen: impl IntoIterator<Item = Seen>) {
+        let now = Instant::now();
+        let mut guard = self.rows.lock().expect("lock");
+        let (rows, swept) = &mut *guard;
+        for Seen { touches, row } in seen {
+            let key = match touches {
+                Touches::Nothing => continue,
+                Touches::InstanceAndBindings(key) => {
+                    if let Some(resources) = rows.get_mut(&key.instance_id) {
+                        resources.retain(|binding, _| binding.is_empty());
+                    }
+                    key
+                }
+                Touches::Resource(key) => key,
+            };
+            let resources = rows.entry(key.instance_id).or_default();
+            let binding = key.binding_id.unwrap_or_default();
+            match row {
+                Some(row) => {
+                    let in_progress = row.in_progress();
+                    let entry = Entry {
+                        row,
+                        in_progress,
+                        at: now,
+                    };
+                    resources.insert(binding, entry);
+                }
+                None => {
+                    resources.remove(&binding);
+                }
+            }
+        }
+        if now.duration_since(*swept) >= SWEEP_EVERY {
+            *swept = now;
+            for resources in rows.values_mut() {
+                resources.retain(|_, e| e.in_progress || now.duration_since(e.at) < LINGER);
+            }
+            rows.retain(|_, resources| !resources.is_empty());
+            if rows.values().map(HashMap::len).sum::<usize>() > CAPACITY {
+                rows.clear();
+            }
+        }
+    }
+
+    /// Forgets everything: after a change made outside the writer (a purge).
+    pub(super) fn clear(&self) {
+        self.rows.lock().expect("lock").0.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: &str) -> StatusRow {
+        let mut values = vec![Value::Null; COLUMN_NAMES.len()];
+        let at = |name| COLUMN_NAMES.iter().position(|c| *c == name).unwrap();
+        values[at("op_state")] = Value::Text(state.into());
+        values[at("op_id")] = Value::Text(format!("op-{state}"));
+        StatusRow(values)
+    }
+
+    fn seen(touches: Touches, state: &str) -> Seen {
+        Seen {
+            touches,
+            row: Some(row(state)),
+        }
+    }
+
+    fn op_id(view: &View, key: &Key) -> Option<String> {
+        view.read(key, |r| r.column::<String>("op_id").unwrap())
+    }
+
+    #[test]
+    fn the_last_change_shows_and_a_deprovision_end_drops_its_bindings() {
+        let view = View::new();
+        let (instance, binding) = (Key::instance("i"), Key::binding("i", "b"));
+        view.publish([
+            seen(Touches::Resource(instance.clone()), "in progress"),
+            seen(Touches::Resource(binding.clone()), "succeeded"),
+        ]);
+        assert_eq!(op_id(&view, &binding).as_deref(), Some("op-succeeded"));
+        view.publish([seen(
+            Touches::InstanceAndBindings(instance.clone()),
+            "failed",
+        )]);
+        assert_eq!(op_id(&view, &instance).as_deref(), Some("op-failed"));
+        assert_eq!(op_id(&view, &binding), None, "read from the store");
+        view.publish([Seen {
+            touches: Touches::Resource(instance.clone()),
+            row: None,
+        }]);
+        assert_eq!(op_id(&view, &instance), None);
+        view.publish([seen(Touches::Resource(binding.clone()), "in progress")]);
+        view.clear();
+        assert_eq!(op_id(&view, &binding), None);
+    }
+
+    #[test]
+    fn ended_operations_leave_after_a_while_and_running_ones_stay() {
+        let view = View::new();
+        let (running, ended) = (Key::instance("r"), Key::instance("e"));
+        view.publish([
+            seen(Touches::Resource(running.clone()), "in progress"),
+            seen(Touches::Resource(ended.clone()), "succeeded"),
+        ]);
+        for (_, entry) in view
+            .rows
+            .lock()
+            .unwrap()
+            .0
+            .values_mut()
+            .flat_map(|m| m.iter_mut())
+        {
+            entry.at -= LINGER;
+        }
+        view.rows.lock().unwrap().1 -= SWEEP_EVERY;
+        view.publish([]);
+        assert!(op_id(&view, &running).is_some());
+        assert_eq!(op_id(&view, &ended), None);
+    }
+}
