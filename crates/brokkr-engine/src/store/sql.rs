@@ -6,7 +6,8 @@
 //! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
 //! caller's thread (`readers`), and the status of what the writer changed lately from memory
 //! (`view`); the rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON
-//! is stored as text.
+//! is stored as text. The tables and their migrations are in `schema`, how a resource is a row
+//! (columns, sealing, decoding) in `row`, the orphans table in `orphans`.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
@@ -14,13 +15,13 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
-use crate::crypto::{Keyring, is_sealed};
-use crate::model::{
-    Event, Key, OpKind, OpPlan, Operation, Orphan, Outputs, PreviousOperation, Resource, Status,
-};
+use crate::crypto::Keyring;
+use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
 
 mod orphans;
 mod readers;
+mod row;
+mod schema;
 mod statement;
 mod view;
 mod writer;
@@ -28,7 +29,10 @@ mod writer;
 use std::sync::Arc;
 
 use readers::Readers;
-use statement::{Arg, ByPosition, Columns, Statement};
+use row::{COLUMN_NAMES, COLUMNS, SEALED_COLUMNS, seal_context};
+pub use schema::{Migration, SCHEMA_VERSION, migrations};
+use schema::{migrate_conn, read_version};
+use statement::{Arg, ByPosition, Statement};
 use view::{StatusRow, Touches, View};
 use writer::Writer;
 
@@ -53,127 +57,6 @@ pub struct SqlStore {
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
     _lock: Option<std::fs::File>,
 }
-
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS brokkr_settings (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS brokkr_resources (
-        instance_id TEXT NOT NULL,
-        binding_id TEXT NOT NULL,
-        service_id TEXT NOT NULL,
-        plan_id TEXT NOT NULL,
-        attrs TEXT NOT NULL,
-        status TEXT NOT NULL,
-        outputs TEXT NOT NULL,
-        dashboard_url TEXT,
-        created_at BIGINT NOT NULL,
-        deleted_at BIGINT,
-        op_id TEXT NOT NULL,
-        op_kind TEXT NOT NULL,
-        op_state TEXT NOT NULL,
-        op_description TEXT,
-        op_request TEXT NOT NULL,
-        op_plan TEXT NOT NULL,
-        op_step BIGINT NOT NULL,
-        op_step_started_at BIGINT,
-        op_next_run_at BIGINT NOT NULL,
-        op_deadline_at BIGINT NOT NULL,
-        lease_owner TEXT,
-        lease_until BIGINT NOT NULL,
-        op_started_at BIGINT NOT NULL,
-        op_finished_at BIGINT,
-        prev_op_id TEXT,
-        prev_op_state TEXT,
-        prev_op_description TEXT,
-        PRIMARY KEY (instance_id, binding_id)
-    )",
-    "CREATE INDEX IF NOT EXISTS brokkr_resources_due
-        ON brokkr_resources (op_next_run_at) WHERE op_state = 'in progress'",
-    "CREATE INDEX IF NOT EXISTS brokkr_resources_op ON brokkr_resources (op_id)",
-    "CREATE INDEX IF NOT EXISTS brokkr_resources_created ON brokkr_resources (created_at)",
-    "CREATE TABLE IF NOT EXISTS brokkr_events (
-        op_id TEXT NOT NULL,
-        at BIGINT NOT NULL,
-        kind TEXT NOT NULL,
-        step TEXT,
-        message TEXT
-    )",
-    "CREATE INDEX IF NOT EXISTS brokkr_events_op ON brokkr_events (op_id, at)",
-    "CREATE INDEX IF NOT EXISTS brokkr_resources_deleted
-        ON brokkr_resources (deleted_at) WHERE status = 'deleted'",
-];
-
-/// One change of the schema, run once, in order; the store's schema version is the number of
-/// migrations it has had.
-pub struct Migration {
-    /// The statements, run in order. They should be safe to run again (`IF NOT EXISTS`): a
-    /// crash may come between them and the recording of the new version.
-    pub statements: Vec<&'static str>,
-    /// Whether a brokkr of an earlier schema version can no longer use the store afterwards (a
-    /// column it reads is dropped or changes meaning). Additive migrations — new tables, new
-    /// nullable or defaulted columns, new indexes — leave older replicas working, which is what
-    /// lets two versions share a store during a rolling update.
-    pub breaks_older: bool,
-}
-
-/// This brokkr's schema version: the number of [`migrations`].
-pub const SCHEMA_VERSION: i64 = 1;
-
-/// Every migration, oldest first. Version 1 is the schema as it was before versions were
-/// recorded; its statements all say `IF NOT EXISTS`, so a store from then is brought to version
-/// 1 by running them again. Add a migration at the end (and raise [`SCHEMA_VERSION`]); never
-/// change one that has been released.
-pub fn migrations() -> Vec<Migration> {
-    vec![Migration {
-        statements: SCHEMA.iter().chain(orphans::SCHEMA).copied().collect(),
-        breaks_older: false,
-    }]
-}
-
-/// The `brokkr_settings` rows that record the schema.
-const VERSION_KEY: &str = "schema_version";
-const COMPATIBLE_KEY: &str = "schema_compatible_since";
-
-/// Columns that may hold secrets (parameters, context, credentials), sealed with the keyring.
-const SEALED_COLUMNS: [&str; 3] = ["attrs", "outputs", "op_request"];
-
-const COLUMNS: &str = "instance_id, binding_id, service_id, plan_id, attrs, status, outputs, \
-    dashboard_url, created_at, deleted_at, op_id, op_kind, op_state, op_description, op_request, \
-    op_plan, op_step, op_step_started_at, op_next_run_at, op_deadline_at, lease_owner, \
-    lease_until, op_started_at, op_finished_at, prev_op_id, prev_op_state, prev_op_description";
-
-/// The names [`COLUMNS`] lists, in its order: a row it selects is read by position.
-const COLUMN_NAMES: [&str; 27] = [
-    "instance_id",
-    "binding_id",
-    "service_id",
-    "plan_id",
-    "attrs",
-    "status",
-    "outputs",
-    "dashboard_url",
-    "created_at",
-    "deleted_at",
-    "op_id",
-    "op_kind",
-    "op_state",
-    "op_description",
-    "op_request",
-    "op_plan",
-    "op_step",
-    "op_step_started_at",
-    "op_next_run_at",
-    "op_deadline_at",
-    "lease_owner",
-    "lease_until",
-    "op_started_at",
-    "op_finished_at",
-    "prev_op_id",
-    "prev_op_state",
-    "prev_op_description",
-];
 
 /// Binds a key as the two columns of the primary key.
 fn binding_col(key: &Key) -> &str {
@@ -212,11 +95,6 @@ fn lock_database(url: &str) -> Result<Option<std::fs::File>, StoreError> {
             Err(StoreError::Lock(format!("cannot lock {lock_path}: {e}")))
         }
     }
-}
-
-/// Associated data of a sealed column: its row and its name.
-fn seal_context(key: &Key, column: &str) -> String {
-    format!("{}\0{}\0{column}", key.instance_id, binding_col(key))
 }
 
 fn to_i64(n: usize) -> i64 {
@@ -402,45 +280,6 @@ impl SqlStore {
             .collect()
     }
 
-    /// The text stored for a secret-bearing JSON column of `key`.
-    fn seal(&self, key: &Key, column: &str, value: &impl serde::Serialize) -> String {
-        let json = serde_json::to_string(value).expect("stored values serialize");
-        match &self.keyring {
-            Some(ring) => ring.seal(&json, &seal_context(key, column)),
-            None => json,
-        }
-    }
-
-    /// The JSON text of a stored secret-bearing column. Plaintext is accepted, so that a store
-    /// written without a key keeps working after one is configured (until `rekey`).
-    fn open(&self, key: &Key, column: &str, stored: String) -> Result<String, StoreError> {
-        self.open_sealed(key, column, stored, &seal_context(key, column))
-    }
-
-    /// The plaintext of `stored`, sealed (or not) with the associated data `aad`.
-    fn open_sealed(
-        &self,
-        key: &Key,
-        column: &str,
-        stored: String,
-        aad: &str,
-    ) -> Result<String, StoreError> {
-        if !is_sealed(&stored) {
-            return Ok(stored);
-        }
-        let corrupt = |message: String| StoreError::Corrupt {
-            key: key.to_string(),
-            message,
-        };
-        let ring = self.keyring.as_ref().ok_or_else(|| {
-            corrupt(format!(
-                "{column} is encrypted but no encryption key is configured"
-            ))
-        })?;
-        ring.open(&stored, aad)
-            .map_err(|e| corrupt(format!("{column}: {e}")))
-    }
-
     /// Reads the row of `key`, decoded in full or for its status only (from the view, when it
     /// has it).
     async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
@@ -478,183 +317,6 @@ impl SqlStore {
             .map(|r| self.decode(r, status_only))
             .transpose()
     }
-
-    /// A resource from its row; with `status_only`, without the columns that need decrypting or
-    /// parsing (attributes, outputs, the operation's request and plan) nor its lease, which
-    /// changes outside the writer's view (claims).
-    fn decode(&self, row: &impl Columns, status_only: bool) -> Result<Resource, StoreError> {
-        let instance_id: String = row.column("instance_id")?;
-        let binding_id: String = row.column("binding_id")?;
-        let key = Key {
-            instance_id,
-            binding_id: (!binding_id.is_empty()).then_some(binding_id),
-        };
-        let corrupt = |message: String| StoreError::Corrupt {
-            key: key.to_string(),
-            message,
-        };
-        // The columns that need parsing, decrypted first where sealed; left empty for
-        // `status_only`.
-        let text = |col: &str| -> Result<Option<String>, StoreError> {
-            if status_only {
-                return Ok(None);
-            }
-            let text: String = row.column(col)?;
-            match SEALED_COLUMNS.contains(&col) {
-                true => self.open(&key, col, text).map(Some),
-                false => Ok(Some(text)),
-            }
-        };
-        fn parse<T: serde::de::DeserializeOwned + Default>(
-            col: &str,
-            text: Option<String>,
-        ) -> Result<T, String> {
-            match text {
-                None => Ok(T::default()),
-                Some(text) => serde_json::from_str(&text).map_err(|e| format!("{col}: {e}")),
-            }
-        }
-        let status: String = row.column("status")?;
-        let kind: String = row.column("op_kind")?;
-        let state: String = row.column("op_state")?;
-        let plan: OpPlan = parse("op_plan", text("op_plan")?).map_err(corrupt)?;
-        // Operations other than updates store `null` (`{}` before updates were typed).
-        let update = match text("op_request")? {
-            Some(text) if text != "{}" => parse("op_request", Some(text)).map_err(corrupt)?,
-            _ => None,
-        };
-        let op = Operation {
-            id: row.column("op_id")?,
-            kind: OpKind::parse(&kind).ok_or_else(|| corrupt(format!("op_kind {kind:?}")))?,
-            state: OperationState::parse(&state)
-                .ok_or_else(|| corrupt(format!("op_state {state:?}")))?,
-            description: row.column("op_description")?,
-            update,
-            plan,
-            step: usize::try_from(row.column::<i64>("op_step")?).unwrap_or(usize::MAX),
-            step_started_at: row.column("op_step_started_at")?,
-            next_run_at: row.column("op_next_run_at")?,
-            deadline_at: row.column("op_deadline_at")?,
-            lease_owner: match status_only {
-                true => None,
-                false => row.column("lease_owner")?,
-            },
-            lease_until: match status_only {
-                true => 0,
-                false => row.column("lease_until")?,
-            },
-            started_at: row.column("op_started_at")?,
-            finished_at: row.column("op_finished_at")?,
-        };
-        let prev_id: Option<String> = row.column("prev_op_id")?;
-        let prev_state: Option<String> = row.column("prev_op_state")?;
-        let previous = match (prev_id, prev_state) {
-            (Some(id), Some(state)) => Some(PreviousOperation {
-                id,
-                state: OperationState::parse(&state)
-                    .ok_or_else(|| corrupt(format!("prev_op_state {state:?}")))?,
-                description: row.column("prev_op_description")?,
-            }),
-            _ => None,
-        };
-        Ok(Resource {
-            previous,
-            service_id: row.column("service_id")?,
-            plan_id: row.column("plan_id")?,
-            attrs: parse("attrs", text("attrs")?).map_err(corrupt)?,
-            status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status:?}")))?,
-            outputs: parse("outputs", text("outputs")?).map_err(corrupt)?,
-            dashboard_url: row.column("dashboard_url")?,
-            op,
-            created_at: row.column("created_at")?,
-            deleted_at: row.column("deleted_at")?,
-            key,
-        })
-    }
-}
-
-async fn read_setting(conn: &mut sqlx::AnyConnection, name: &str) -> Result<i64, StoreError> {
-    let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        None => Ok(0),
-        Some(row) => {
-            let value: String = row.try_get("value")?;
-            value.parse().map_err(|_| StoreError::Corrupt {
-                key: format!("brokkr_settings.{name}"),
-                message: format!("{value:?} is not a schema version"),
-            })
-        }
-    }
-}
-
-async fn read_version(conn: &mut sqlx::AnyConnection) -> Result<(i64, i64), StoreError> {
-    conn.execute(SCHEMA[0]).await?;
-    Ok((
-        read_setting(conn, VERSION_KEY).await?,
-        read_setting(conn, COMPATIBLE_KEY).await?,
-    ))
-}
-
-async fn write_setting(
-    conn: &mut sqlx::AnyConnection,
-    name: &str,
-    value: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO brokkr_settings (name, value) VALUES ($1, $2) \
-         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-    )
-    .bind(name)
-    .bind(value.to_string())
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// Runs the migrations the store has not had, recording the version after each; refuses a
-/// store that needs a newer brokkr.
-async fn migrate_conn(
-    conn: &mut sqlx::AnyConnection,
-    migrations: &[Migration],
-) -> Result<(), StoreError> {
-    let supported = to_i64(migrations.len());
-    let (found, compatible_since) = read_version(conn).await?;
-    if found > supported {
-        if compatible_since > supported {
-            return Err(StoreError::SchemaTooNew {
-                found,
-                compatible_since,
-                supported,
-            });
-        }
-        tracing::info!(
-            store_schema = found,
-            schema = supported,
-            "the store's schema is newer than this brokkr's and compatible with it"
-        );
-        return Ok(());
-    }
-    let mut compatible = compatible_since;
-    for (version, migration) in (1..).zip(migrations) {
-        if version <= found {
-            continue;
-        }
-        for statement in &migration.statements {
-            conn.execute(*statement).await?;
-        }
-        if migration.breaks_older {
-            compatible = version;
-        }
-        write_setting(conn, COMPATIBLE_KEY, compatible).await?;
-        write_setting(conn, VERSION_KEY, version).await?;
-        if found > 0 {
-            tracing::info!(from = version - 1, to = version, "store schema migrated");
-        }
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -1156,16 +818,5 @@ impl Store for SqlStore {
 
     fn shared(&self) -> bool {
         self.dialect == Dialect::Postgres
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn column_names_are_the_selected_columns_in_order() {
-        let selected: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
-        assert_eq!(selected, COLUMN_NAMES);
     }
 }

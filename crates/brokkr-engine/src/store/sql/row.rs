@@ -1,0 +1,208 @@
+//! A resource as a row of `brokkr_resources`: the columns selected, the secret-bearing ones
+//! sealed with the keyring, and decoding a row (from sqlx or rusqlite, by position) into a
+//! [`Resource`].
+
+use brokkr_osb::OperationState;
+
+use super::statement::Columns;
+use super::{SqlStore, StoreError, binding_col};
+use crate::crypto::is_sealed;
+use crate::model::{Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
+
+/// Columns that may hold secrets (parameters, context, credentials), sealed with the keyring.
+pub(super) const SEALED_COLUMNS: [&str; 3] = ["attrs", "outputs", "op_request"];
+
+pub(super) const COLUMNS: &str = "instance_id, binding_id, service_id, plan_id, attrs, status, outputs, \
+    dashboard_url, created_at, deleted_at, op_id, op_kind, op_state, op_description, op_request, \
+    op_plan, op_step, op_step_started_at, op_next_run_at, op_deadline_at, lease_owner, \
+    lease_until, op_started_at, op_finished_at, prev_op_id, prev_op_state, prev_op_description";
+
+/// The names [`COLUMNS`] lists, in its order: a row it selects is read by position.
+pub(super) const COLUMN_NAMES: [&str; 27] = [
+    "instance_id",
+    "binding_id",
+    "service_id",
+    "plan_id",
+    "attrs",
+    "status",
+    "outputs",
+    "dashboard_url",
+    "created_at",
+    "deleted_at",
+    "op_id",
+    "op_kind",
+    "op_state",
+    "op_description",
+    "op_request",
+    "op_plan",
+    "op_step",
+    "op_step_started_at",
+    "op_next_run_at",
+    "op_deadline_at",
+    "lease_owner",
+    "lease_until",
+    "op_started_at",
+    "op_finished_at",
+    "prev_op_id",
+    "prev_op_state",
+    "prev_op_description",
+];
+
+/// Associated data of a sealed column: its row and its name.
+pub(super) fn seal_context(key: &Key, column: &str) -> String {
+    format!("{}\0{}\0{column}", key.instance_id, binding_col(key))
+}
+
+impl SqlStore {
+    /// The text stored for a secret-bearing JSON column of `key`.
+    pub(super) fn seal(&self, key: &Key, column: &str, value: &impl serde::Serialize) -> String {
+        let json = serde_json::to_string(value).expect("stored values serialize");
+        match &self.keyring {
+            Some(ring) => ring.seal(&json, &seal_context(key, column)),
+            None => json,
+        }
+    }
+
+    /// The JSON text of a stored secret-bearing column. Plaintext is accepted, so that a store
+    /// written without a key keeps working after one is configured (until `rekey`).
+    pub(super) fn open(
+        &self,
+        key: &Key,
+        column: &str,
+        stored: String,
+    ) -> Result<String, StoreError> {
+        self.open_sealed(key, column, stored, &seal_context(key, column))
+    }
+
+    /// The plaintext of `stored`, sealed (or not) with the associated data `aad`.
+    pub(super) fn open_sealed(
+        &self,
+        key: &Key,
+        column: &str,
+        stored: String,
+        aad: &str,
+    ) -> Result<String, StoreError> {
+        if !is_sealed(&stored) {
+            return Ok(stored);
+        }
+        let corrupt = |message: String| StoreError::Corrupt {
+            key: key.to_string(),
+            message,
+        };
+        let ring = self.keyring.as_ref().ok_or_else(|| {
+            corrupt(format!(
+                "{column} is encrypted but no encryption key is configured"
+            ))
+        })?;
+        ring.open(&stored, aad)
+            .map_err(|e| corrupt(format!("{column}: {e}")))
+    }
+
+    /// A resource from its row; with `status_only`, without the columns that need decrypting or
+    /// parsing (attributes, outputs, the operation's request and plan) nor its lease, which
+    /// changes outside the writer's view (claims).
+    pub(super) fn decode(
+        &self,
+        row: &impl Columns,
+        status_only: bool,
+    ) -> Result<Resource, StoreError> {
+        let instance_id: String = row.column("instance_id")?;
+        let binding_id: String = row.column("binding_id")?;
+        let key = Key {
+            instance_id,
+            binding_id: (!binding_id.is_empty()).then_some(binding_id),
+        };
+        let corrupt = |message: String| StoreError::Corrupt {
+            key: key.to_string(),
+            message,
+        };
+        // The columns that need parsing, decrypted first where sealed; left empty for
+        // `status_only`.
+        let text = |col: &str| -> Result<Option<String>, StoreError> {
+            if status_only {
+                return Ok(None);
+            }
+            let text: String = row.column(col)?;
+            match SEALED_COLUMNS.contains(&col) {
+                true => self.open(&key, col, text).map(Some),
+                false => Ok(Some(text)),
+            }
+        };
+        fn parse<T: serde::de::DeserializeOwned + Default>(
+            col: &str,
+            text: Option<String>,
+        ) -> Result<T, String> {
+            match text {
+                None => Ok(T::default()),
+                Some(text) => serde_json::from_str(&text).map_err(|e| format!("{col}: {e}")),
+            }
+        }
+        let status: String = row.column("status")?;
+        let kind: String = row.column("op_kind")?;
+        let state: String = row.column("op_state")?;
+        let plan: OpPlan = parse("op_plan", text("op_plan")?).map_err(corrupt)?;
+        // Operations other than updates store `null` (`{}` before updates were typed).
+        let update = match text("op_request")? {
+            Some(text) if text != "{}" => parse("op_request", Some(text)).map_err(corrupt)?,
+            _ => None,
+        };
+        let op = Operation {
+            id: row.column("op_id")?,
+            kind: OpKind::parse(&kind).ok_or_else(|| corrupt(format!("op_kind {kind:?}")))?,
+            state: OperationState::parse(&state)
+                .ok_or_else(|| corrupt(format!("op_state {state:?}")))?,
+            description: row.column("op_description")?,
+            update,
+            plan,
+            step: usize::try_from(row.column::<i64>("op_step")?).unwrap_or(usize::MAX),
+            step_started_at: row.column("op_step_started_at")?,
+            next_run_at: row.column("op_next_run_at")?,
+            deadline_at: row.column("op_deadline_at")?,
+            lease_owner: match status_only {
+                true => None,
+                false => row.column("lease_owner")?,
+            },
+            lease_until: match status_only {
+                true => 0,
+                false => row.column("lease_until")?,
+            },
+            started_at: row.column("op_started_at")?,
+            finished_at: row.column("op_finished_at")?,
+        };
+        let prev_id: Option<String> = row.column("prev_op_id")?;
+        let prev_state: Option<String> = row.column("prev_op_state")?;
+        let previous = match (prev_id, prev_state) {
+            (Some(id), Some(state)) => Some(PreviousOperation {
+                id,
+                state: OperationState::parse(&state)
+                    .ok_or_else(|| corrupt(format!("prev_op_state {state:?}")))?,
+                description: row.column("prev_op_description")?,
+            }),
+            _ => None,
+        };
+        Ok(Resource {
+            previous,
+            service_id: row.column("service_id")?,
+            plan_id: row.column("plan_id")?,
+            attrs: parse("attrs", text("attrs")?).map_err(corrupt)?,
+            status: Status::parse(&status).ok_or_else(|| corrupt(format!("status {status:?}")))?,
+            outputs: parse("outputs", text("outputs")?).map_err(corrupt)?,
+            dashboard_url: row.column("dashboard_url")?,
+            op,
+            created_at: row.column("created_at")?,
+            deleted_at: row.column("deleted_at")?,
+            key,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_names_are_the_selected_columns_in_order() {
+        let selected: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(selected, COLUMN_NAMES);
+    }
+}
