@@ -358,14 +358,7 @@ impl Target for Kubernetes {
             }
         }
         match self.get(&at, r.name()).await? {
-            None => {
-                // Nothing to watch: the caller asks again at once, so pause here.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                Ok(Readiness::Waiting(format!(
-                    "waiting for {} to be created",
-                    at.what
-                )))
-            }
+            None => Ok(not_created(&at.what).await),
             Some(live) => self.judge(&at, &r.kind, &live).await,
         }
     }
@@ -394,14 +387,7 @@ impl Target for Kubernetes {
         let rule = readiness::Check::parse(check).map_err(|e| self.invalid(e))?;
         let at = self.locate(&r, scope).await?;
         match self.get(&at, r.name()).await? {
-            None => {
-                // Nothing to watch: the caller asks again at once, so pause here.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                Ok(Readiness::Waiting(format!(
-                    "waiting for {} to be created",
-                    at.what
-                )))
-            }
+            None => Ok(not_created(&at.what).await),
             Some(live) => {
                 Ok(rule.evaluate(&at.what, &serde_json::to_value(live).unwrap_or_default()))
             }
@@ -481,4 +467,11 @@ impl Target for Kubernetes {
         }
         self.release_namespace(scope).await
     }
+}
+
+/// The answer while an object to wait for does not exist yet. There is nothing to watch and the
+/// caller asks again at once, so this pauses first.
+async fn not_created(what: &str) -> Readiness {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Readiness::Waiting(format!("waiting for {what} to be created"))
 }
