@@ -406,24 +406,42 @@ pub const INSTANCE_STEP_DEFAULTS: &[Phase] = &[Phase::Provision, Phase::Update];
 /// Phases binding steps run in when they do not say.
 pub const BINDING_STEP_DEFAULTS: &[Phase] = &[Phase::Bind];
 
-/// Durations written as humantime strings: `50ms`, `2s`, `5m`, `24h`.
+/// A duration written as a humantime string: `50ms`, `2s`, `5m`, `24h`.
+pub mod duration {
+    use super::*;
+
+    /// Parses a humantime duration.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        parse(&String::deserialize(d)?)
+    }
+
+    /// `text` as a duration, or the error that names it.
+    pub(super) fn parse<E: serde::de::Error>(text: &str) -> Result<Duration, E> {
+        humantime::parse_duration(text)
+            .map_err(|e| E::custom(format!("invalid duration {text:?}: {e}")))
+    }
+
+    /// Writes a duration as a humantime string.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+}
+
+/// Optional durations written as humantime strings (see [`duration`]).
 pub mod opt_duration {
     use super::*;
 
     /// Parses an optional humantime duration.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        let Some(text) = Option::<String>::deserialize(d)? else {
-            return Ok(None);
-        };
-        humantime::parse_duration(&text)
-            .map(Some)
-            .map_err(|e| serde::de::Error::custom(format!("invalid duration {text:?}: {e}")))
+        Option::<String>::deserialize(d)?
+            .map(|text| duration::parse(&text))
+            .transpose()
     }
 
     /// Writes an optional duration as a humantime string.
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
-            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            Some(d) => duration::serialize(d, s),
             None => s.serialize_none(),
         }
     }

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use brokkr_blueprint::config::opt_duration;
+use brokkr_blueprint::config::{duration, opt_duration};
 use brokkr_blueprint::{PlanEntry, Step};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::OpKind;
@@ -177,21 +177,6 @@ impl TryFrom<&Step> for OpStep {
             when: step.when.clone(),
             budget: step.budget,
         })
-    }
-}
-
-/// A duration written as a humantime string, as blueprints write it.
-mod duration {
-    use super::*;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text)
-            .map_err(|e| serde::de::Error::custom(format!("invalid duration {text:?}: {e}")))
-    }
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 }
 
