@@ -147,8 +147,11 @@ impl Engine {
     ) -> Result<Next, StoreError> {
         let step = current(op);
         info!(step = %step.name, kind = op.kind.as_str(), "step finished");
-        if op.kind.is_teardown() {
-            // Done at last, if an earlier deprovision or unbind left it behind.
+        // Done at last, if an earlier deprovision or unbind left it behind. A step is left
+        // behind only after the outputs record it as skipped, and they forget skipped steps
+        // only when an operation that skipped none ends, having run again those that were
+        // still left behind: outputs that record none mean no orphan to resolve.
+        if op.kind.is_teardown() && resource.outputs.skipped.is_some() {
             let (key, created) = (&resource.key, resource.created_at);
             (self.inner.store)
                 .resolve_orphan(key, created, &step.name)
