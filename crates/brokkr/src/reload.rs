@@ -1,7 +1,10 @@
 //! Hot reload of the configuration while `serve` runs.
 //!
 //! The configuration is read again on SIGHUP and when its file (or a `*.yaml`/`*.yml` file of its
-//! directory) changes, once the changes have been quiet for [`DEBOUNCE`]. A configuration that
+//! directory) changes, once the changes have been quiet for [`DEBOUNCE`]. The files are looked at
+//! every [`POLL`] rather than watched with inotify: a directory that also holds a SQLite store
+//! (`brokkr serve -c brokkr.yaml --store sqlite://brokkr.db`) would otherwise wake brokkr for
+//! every write to the store's log, thousands a second under load. A configuration that
 //! loads and passes the same checks as at start replaces the served one: the catalog and new
 //! requests see it at once, while operations already under way keep the steps they were created
 //! with. A broken one is logged with all its errors and the running configuration is kept.
@@ -11,16 +14,18 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use brokkr_blueprint::Config;
 use brokkr_broker::Broker;
-use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
 /// How long file changes must be quiet before the configuration is read again.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// How often the configuration's files are looked at.
+pub const POLL: Duration = Duration::from_millis(500);
 
 /// Checks a loaded configuration further, as at start (e.g. that its step kinds exist).
 pub type Check = Box<dyn Fn(&Config) -> anyhow::Result<()> + Send + Sync>;
@@ -29,10 +34,9 @@ pub type Check = Box<dyn Fn(&Config) -> anyhow::Result<()> + Send + Sync>;
 /// which never changes) on SIGHUP and on file changes.
 pub fn spawn(path: Option<PathBuf>, broker: Arc<Broker>, check: Check) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Reason>();
-    let watcher = match &path {
-        Some(path) => Some(watch(path, tx.clone())?),
-        None => None,
-    };
+    if let Some(path) = &path {
+        watch(path, tx.clone())?;
+    }
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -46,8 +50,6 @@ pub fn spawn(path: Option<PathBuf>, broker: Arc<Broker>, check: Check) -> anyhow
         });
     }
     tokio::spawn(async move {
-        // Owned by the task so that watching lasts as long as the server.
-        let _watcher = watcher;
         while let Some(mut reason) = rx.recv().await {
             // Editors write a file in several steps: wait until the changes stop.
             while let Ok(Some(next)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
@@ -66,45 +68,106 @@ enum Reason {
     Signal,
 }
 
-/// Watches the configuration file's directory (so that files replaced by a rename are seen),
-/// or the configuration directory, and reports changes to configuration files.
-fn watch(
-    path: &Path,
-    tx: mpsc::UnboundedSender<Reason>,
-) -> anyhow::Result<notify::RecommendedWatcher> {
-    let path = std::path::absolute(path)?;
-    let (dir, file) = if path.is_dir() {
-        (path.clone(), None)
-    } else {
-        let dir = path
-            .parent()
-            .map_or_else(|| PathBuf::from("/"), Path::to_owned);
-        (dir, Some(path.clone()))
-    };
-    // Kubernetes ConfigMap and Secret volumes update files by swapping a `..data` symlink.
-    let relevant = move |p: &Path| {
-        let swapped = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("..data"));
-        swapped
-            || match &file {
+/// Looks at the configuration every [`POLL`] and reports when its files change.
+fn watch(path: &Path, tx: mpsc::UnboundedSender<Reason>) -> anyhow::Result<()> {
+    let files = ConfigFiles::new(path)?;
+    let mut last = files.snapshot();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(POLL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let now = files.snapshot();
+            if now != last {
+                last = now;
+                if tx.send(Reason::FileChanged).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The files whose changes reload the configuration: the configuration file, or the
+/// `*.yaml`/`*.yml` files of the configuration directory, and a Kubernetes ConfigMap or Secret
+/// volume's `..data` symlink, which the kubelet swaps by a rename to update the files.
+struct ConfigFiles {
+    dir: PathBuf,
+    file: Option<PathBuf>,
+}
+
+/// What a file looked like: where it is (after symlinks), its size and when it was modified.
+/// Gone files have none.
+type Snapshot = Vec<(PathBuf, Option<FileState>)>;
+
+#[derive(Debug, PartialEq, Eq)]
+struct FileState {
+    modified: Option<SystemTime>,
+    len: u64,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+impl ConfigFiles {
+    fn new(path: &Path) -> anyhow::Result<Self> {
+        let path = std::path::absolute(path)?;
+        Ok(if path.is_dir() {
+            Self {
+                dir: path,
+                file: None,
+            }
+        } else {
+            let dir = path
+                .parent()
+                .map_or_else(|| PathBuf::from("/"), Path::to_owned);
+            Self {
+                dir,
+                file: Some(path),
+            }
+        })
+    }
+
+    /// The files as they are now, in a stable order; symlinks followed.
+    fn snapshot(&self) -> Snapshot {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|p| self.relevant(p))
+            .collect();
+        if let Some(file) = &self.file
+            && !paths.contains(file)
+        {
+            paths.push(file.clone());
+        }
+        paths.sort();
+        paths
+            .into_iter()
+            .map(|p| {
+                let state = std::fs::metadata(&p).ok().map(|m| FileState {
+                    modified: m.modified().ok(),
+                    len: m.len(),
+                    #[cfg(unix)]
+                    inode: {
+                        use std::os::unix::fs::MetadataExt;
+                        (m.dev(), m.ino())
+                    },
+                });
+                (p, state)
+            })
+            .collect()
+    }
+
+    fn relevant(&self, p: &Path) -> bool {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        name.starts_with("..data")
+            || match &self.file {
                 Some(file) => p == file,
                 None => matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")),
             }
-    };
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        let changes = matches!(
-            event.kind,
-            EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
-        );
-        if changes && event.paths.iter().any(|p| relevant(p)) {
-            let _ = tx.send(Reason::FileChanged);
-        }
-    })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    Ok(watcher)
+    }
 }
 
 /// Loads, checks and, when valid, serves the configuration at `path`.
