@@ -67,7 +67,7 @@ impl Serve {
             cmd.env_remove(var);
         }
         cmd.env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
+            .env_remove("NO_COLOR")
             .env("BROKKR_BROKER_USERNAME", "platform")
             .env("BROKKR_BROKER_PASSWORD", "reload-test")
             .arg("serve")
@@ -153,7 +153,9 @@ async fn changed_broken_and_signalled_configurations() {
     // A new plan reaches the catalog without a restart.
     write_config(&path, &config(&["small", "large"]));
     serve.wait_plans(&["small", "large"]).await;
-    serve.wait_logged("configuration reloaded", 1).await;
+    let log = serve.wait_logged("configuration reloaded", 1).await;
+    // Written to a pipe, the log is plain text: no terminal colour codes.
+    assert!(!log.contains('\u{1b}'), "{log}");
 
     // A broken configuration is reported in full; the previous one is still served.
     let broken = config(&["small", "large", "huge"]).replace(

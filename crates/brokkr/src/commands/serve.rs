@@ -1,5 +1,6 @@
 //! `brokkr serve`: configuration, store, engine and HTTP server, with graceful shutdown.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -143,8 +144,13 @@ pub async fn run(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
 pub(crate) fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal: a log collected from a pipe or a file (a
+    // container's, a service manager's) gets plain text.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
