@@ -237,7 +237,8 @@ async fn unbind(
         let Some(current) = store.get(&key).await? else {
             return Ok(json_response(StatusCode::GONE, &json!({})));
         };
-        let instance = store.get(&Key::instance(&instance_id)).await?;
+        // Only its status and plan are asked: the writer's view has them without a read.
+        let instance = store.get_status(&Key::instance(&instance_id)).await?;
         // An unbind that skipped steps may be repeated, while its instance lives: it tries
         // those steps again.
         let finished = current.status == Status::Deleted && !current.op.in_progress();
