@@ -6,7 +6,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Dialect, SqlStore, Statement, binding_col};
+use super::{Dialect, SqlStore, Statement, binding_col, row_key};
 use crate::model::{Key, OpKind, Orphan};
 use crate::store::StoreError;
 
@@ -223,11 +223,7 @@ impl SqlStore {
             if ring.is_current(&stored) {
                 continue;
             }
-            let binding_id: String = row.try_get("binding_id")?;
-            let key = Key {
-                instance_id: row.try_get("instance_id")?,
-                binding_id: (!binding_id.is_empty()).then_some(binding_id),
-            };
+            let key = row_key(row.try_get("instance_id")?, row.try_get("binding_id")?);
             let step: String = row.try_get("step_name")?;
             let aad = seal_context(&key, row.try_get("resource_created_at")?, &step);
             let plain = self.open_sealed(&key, "context", stored.clone(), &aad)?;
@@ -246,12 +242,7 @@ impl SqlStore {
 
     /// An orphan from its row, with its context opened when `with_context`.
     fn decode_orphan(&self, row: &AnyRow, with_context: bool) -> Result<Orphan, StoreError> {
-        let instance_id: String = row.try_get("instance_id")?;
-        let binding_id: String = row.try_get("binding_id")?;
-        let key = Key {
-            instance_id,
-            binding_id: (!binding_id.is_empty()).then_some(binding_id),
-        };
+        let key = row_key(row.try_get("instance_id")?, row.try_get("binding_id")?);
         let corrupt = |message: String| StoreError::Corrupt {
             key: format!("orphan of {key}"),
             message,

@@ -5,7 +5,7 @@
 use brokkr_osb::OperationState;
 
 use super::statement::Columns;
-use super::{SqlStore, StoreError, binding_col};
+use super::{SqlStore, StoreError, binding_col, row_key};
 use crate::crypto::is_sealed;
 use crate::model::{Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
 
@@ -47,6 +47,11 @@ pub(super) const COLUMN_NAMES: [&str; 27] = [
     "prev_op_state",
     "prev_op_description",
 ];
+
+/// Where column `name` stands in [`COLUMNS`].
+pub(super) fn column_at(name: &str) -> Option<usize> {
+    COLUMN_NAMES.iter().position(|c| *c == name)
+}
 
 /// Associated data of a sealed column: its row and its name.
 pub(super) fn seal_context(key: &Key, column: &str) -> String {
@@ -106,12 +111,7 @@ impl SqlStore {
         row: &impl Columns,
         status_only: bool,
     ) -> Result<Resource, StoreError> {
-        let instance_id: String = row.column("instance_id")?;
-        let binding_id: String = row.column("binding_id")?;
-        let key = Key {
-            instance_id,
-            binding_id: (!binding_id.is_empty()).then_some(binding_id),
-        };
+        let key = row_key(row.column("instance_id")?, row.column("binding_id")?);
         let corrupt = |message: String| StoreError::Corrupt {
             key: key.to_string(),
             message,

@@ -88,7 +88,7 @@ pub(super) struct ByPosition<'a, 'r>(pub(super) &'a rusqlite::Row<'r>);
 
 impl Columns for ByPosition<'_, '_> {
     fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
-        match super::COLUMN_NAMES.iter().position(|c| *c == name) {
+        match super::column_at(name) {
             Some(at) => Ok(self.0.get(at)?),
             None => self.0.column(name),
         }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rusqlite::types::{Value, ValueRef};
 
 use super::statement::{Column, Columns};
-use super::{COLUMN_NAMES, binding_col};
+use super::{COLUMN_NAMES, binding_col, column_at};
 use crate::model::Key;
 use crate::store::StoreError;
 
@@ -70,17 +70,14 @@ impl StatusRow {
     }
 
     fn in_progress(&self) -> bool {
-        let state = COLUMN_NAMES.iter().position(|c| *c == "op_state");
-        matches!(state.map(|at| &self.0[at]), Some(Value::Text(s)) if s == "in progress")
+        let state = column_at("op_state").map(|at| &self.0[at]);
+        matches!(state, Some(Value::Text(s)) if s == "in progress")
     }
 }
 
 impl Columns for StatusRow {
     fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
-        let at = COLUMN_NAMES
-            .iter()
-            .position(|c| *c == name)
-            .ok_or_else(|| StoreError::Sqlite(format!("no column {name}")))?;
+        let at = column_at(name).ok_or_else(|| StoreError::Sqlite(format!("no column {name}")))?;
         T::column_result(ValueRef::from(&self.0[at]))
             .map_err(|e| StoreError::Sqlite(format!("{name}: {e}")))
     }
@@ -202,7 +199,7 @@ mod tests {
 
     fn row(state: &str) -> StatusRow {
         let mut values = vec![Value::Null; COLUMN_NAMES.len()];
-        let at = |name| COLUMN_NAMES.iter().position(|c| *c == name).unwrap();
+        let at = |name| column_at(name).unwrap();
         values[at("op_state")] = Value::Text(state.into());
         values[at("op_id")] = Value::Text(format!("op-{state}"));
         StatusRow(values)

@@ -85,15 +85,7 @@ impl Writer {
     /// Opens `path` and starts the writer thread, which shows what it commits in `view`.
     pub(super) fn open(path: &str, view: Arc<View>) -> Result<Self, StoreError> {
         let conn = Connection::open(path)?;
-        // A checkpoint (copying the WAL back into the database, with an `fsync`) runs in the
-        // thread that commits, and every caller of the batch waits for it: one every 10,000 pages
-        // (a WAL of up to 40 MB) instead of SQLite's 1,000 halves the p99 of a busy broker, and
-        // writes a page changed many times in between once.
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-             PRAGMA wal_autocheckpoint = 10000; PRAGMA busy_timeout = 30000; \
-             PRAGMA secure_delete = ON;",
-        )?;
+        conn.execute_batch(super::SQLITE_SETTINGS)?;
         conn.set_prepared_statement_cache_capacity(64);
         let (changes, queue) = mpsc::channel::<Box<dyn Change>>();
         std::thread::Builder::new()
