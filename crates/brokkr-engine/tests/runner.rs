@@ -377,3 +377,32 @@ async fn an_operation_a_dead_engine_held_is_taken_over_once_its_lease_ends() {
     assert_ne!(r.op.lease_owner.as_deref(), Some("dead"));
     survivor.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_claim_and_a_release_show_in_the_next_read_of_the_same_store() {
+    // The SQLite store answers reads of rows it changed lately from memory; a lease taken or
+    // given back through it must show there at once, or an engine would skip (or run twice) an
+    // operation it was given.
+    let (engine, _, _dir) = engine(Duration::from_millis(100)).await;
+    let store = engine.store();
+    let key = provision(
+        &engine,
+        "i-9",
+        plan(&[("one", json!({}))]),
+        Duration::from_secs(60),
+    )
+    .await;
+    let r = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(r.op.lease_owner.as_deref(), Some(engine.owner()));
+    tokio::time::sleep(Duration::from_millis(150)).await; // the lease runs out
+    let until = r.op.lease_until + 60_000;
+    let claimed = store.claim_due("other", until, 10).await.unwrap();
+    assert_eq!(claimed, [key.clone()]);
+    let r = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(r.op.lease_owner.as_deref(), Some("other"));
+    assert_eq!(r.op.lease_until, until);
+    store.release(&key, &r.op.id, "other").await.unwrap();
+    let r = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(r.op.lease_owner, None);
+    assert_eq!(r.op.lease_until, 0);
+}

@@ -32,8 +32,8 @@ use readers::Readers;
 use row::{COLUMN_NAMES, COLUMNS, SEALED_COLUMNS, column_at, seal_context};
 pub use schema::{Migration, SCHEMA_VERSION, migrations};
 use schema::{migrate_conn, read_version};
-use statement::{Arg, ByPosition, Statement};
-use view::{StatusRow, Touches, View};
+use statement::{Arg, Statement};
+use view::{RowValues, Touches, View};
 use writer::Writer;
 
 /// Which SQL database a store talks to.
@@ -192,6 +192,13 @@ impl SqlStore {
         read_version(&mut conn).await
     }
 
+    /// Empties the view, after a change of rows made outside the writer.
+    fn forget_all(&self) {
+        if let Some(view) = &self.view {
+            view.clear();
+        }
+    }
+
     /// Appends an operation's columns, `op_id` to `op_started_at`, in table order.
     fn operation_args(&self, args: &mut Vec<Arg>, key: &Key, op: &Operation) {
         args.extend([
@@ -294,26 +301,15 @@ impl SqlStore {
     /// Reads the row of `key`, decoded in full or for its status only (from the view, when it
     /// has it).
     async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
-        if let Some(view) = self.view.as_ref().filter(|_| status_only)
-            && let Some(r) = view.read(key, |row| self.decode(row, true))
+        if let Some(view) = &self.view
+            && let Some(r) = view.read(key, |row| self.decode(row, status_only))
         {
             return r.map(Some);
         }
         if let Some(readers) = &self.readers {
             return readers.read(|conn| {
-                if status_only {
-                    let row = StatusRow::read(conn, key)?;
-                    return row.map(|row| self.decode(&row, true)).transpose();
-                }
-                let sql = format!(
-                    "SELECT {COLUMNS} FROM brokkr_resources \
-                     WHERE instance_id = ?1 AND binding_id = ?2"
-                );
-                let mut statement = conn.prepare_cached(&sql)?;
-                let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
-                rows.next()?
-                    .map(|row| self.decode(&ByPosition(row), status_only))
-                    .transpose()
+                let row = RowValues::read(conn, key, status_only)?;
+                row.map(|row| self.decode(&row, status_only)).transpose()
             });
         }
         let sql = format!(
@@ -570,10 +566,28 @@ impl Store for SqlStore {
                  ORDER BY op_next_run_at LIMIT $4 {lock}) \
              RETURNING instance_id, binding_id"
         );
+        let now = crate::now_ms();
+        if let (Some(writer), Some(view)) = (&self.writer, &self.view) {
+            // A change of the rows the view may show: the writer's, and forgotten there once
+            // it is committed.
+            let owner = owner.to_owned();
+            let keys = writer
+                .write(Touches::Nothing, move |conn| {
+                    let mut statement = conn.prepare_cached(&sql.replace('$', "?"))?;
+                    let rows = statement
+                        .query_map(rusqlite::params![owner, lease_until, now, limit], |row| {
+                            Ok(row_key(row.get(0)?, row.get(1)?))
+                        })?;
+                    rows.collect::<rusqlite::Result<Vec<Key>>>()
+                })
+                .await?;
+            view.forget(&keys);
+            return Ok(keys);
+        }
         let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(owner)
             .bind(lease_until)
-            .bind(crate::now_ms())
+            .bind(now)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
@@ -598,8 +612,8 @@ impl Store for SqlStore {
                 owner.into(),
             ],
         );
-        // A lease is not part of the status.
-        self.write(release, Vec::new(), Touches::Nothing).await?;
+        self.write(release, Vec::new(), Touches::Resource(key.clone()))
+            .await?;
         Ok(())
     }
 
@@ -610,6 +624,7 @@ impl Store for SqlStore {
         )
         .execute(&self.pool)
         .await?;
+        self.forget_all();
         Ok(done.rows_affected() + self.release_orphans().await?)
     }
 
@@ -682,8 +697,8 @@ impl Store for SqlStore {
             .await?;
         }
         let purged = done.rows_affected() + orphans.rows_affected();
-        if let Some(view) = self.view.as_ref().filter(|_| purged > 0) {
-            view.clear(); // it may show what was just deleted
+        if purged > 0 {
+            self.forget_all(); // it may show what was just deleted
         }
         Ok(purged)
     }
@@ -810,6 +825,7 @@ impl Store for SqlStore {
             changed += done.rows_affected();
         }
         changed += self.rekey_orphans(ring).await?;
+        self.forget_all(); // it may hold values sealed with the previous key
         if self.dialect == Dialect::Sqlite && changed > 0 {
             // Rewrite the file so that no page keeps a value as it was before.
             sqlx::query("VACUUM").execute(&self.pool).await?;

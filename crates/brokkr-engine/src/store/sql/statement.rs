@@ -82,19 +82,6 @@ impl Columns for rusqlite::Row<'_> {
     }
 }
 
-/// A rusqlite row of `SELECT {COLUMNS}`, read by position: rusqlite finds a column by name by
-/// asking SQLite for each column's name in turn and comparing it, for every value read.
-pub(super) struct ByPosition<'a, 'r>(pub(super) &'a rusqlite::Row<'r>);
-
-impl Columns for ByPosition<'_, '_> {
-    fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
-        match super::column_at(name) {
-            Some(at) => Ok(self.0.get(at)?),
-            None => self.0.column(name),
-        }
-    }
-}
-
 /// A statement of the hot path and its arguments, in `$n` order.
 pub(super) struct Statement {
     sql: String,

@@ -1,18 +1,22 @@
-//! SQLite's view of recently changed resources: what `get_status` (every `last_operation`)
-//! answers from without a read transaction.
+//! SQLite's view of recently changed resources: what `get` and `get_status` (every
+//! `last_operation`) answer from without a read transaction.
 //!
 //! A read on a reader connection starts a transaction: SQLite takes its shared lock, checks the
-//! WAL index and reads again the pages other connections changed since. On a busy broker, most
-//! polls ask about operations this process is running, whose rows the writer thread has just
-//! written. So within each change's transaction the writer reads back the status columns of the
-//! resource the change touched, and once the batch is committed, before any caller hears of it,
-//! it puts them here, in commit order. A poll finds them here; a resource not here is read from
-//! the store, which then holds nothing newer than what the writer will put here next.
+//! WAL index and, when anything was committed since that connection's last read, drops its page
+//! cache and reads every page again. On a busy broker, most reads ask about operations this
+//! process is running, whose rows the writer thread has just written. So within each change's
+//! transaction the writer reads back the whole row of the resource the change touched, and once
+//! the batch is committed, before any caller hears of it, it puts it here, in commit order. A
+//! read finds it here; a resource not here is read from the store, which then holds nothing
+//! newer than what the writer will put here next.
 //!
-//! Only a process that owns its SQLite file can do this: every change of a row shown here goes
-//! through the writer, except purging tombstones, after which the view is emptied. Entries of
-//! operations that ended more than [`LINGER`] ago are dropped, and all of them when more than
-//! [`CAPACITY`] are left, so that memory stays bounded whatever the number of resources.
+//! Only a process that owns its SQLite file can do this, and only while every change of a row
+//! shown here goes through the writer. The changes made elsewhere say so: claiming due
+//! operations [forgets](View::forget) the rows it claimed once the writer has committed it;
+//! purging tombstones, releasing every lease and re-encrypting with a new key
+//! [empty](View::clear) the view. Entries of operations that ended more than [`LINGER`] ago are
+//! dropped, and all of them when more than [`CAPACITY`] are left, so that memory stays bounded
+//! whatever the number of resources.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 use rusqlite::types::{Value, ValueRef};
 
 use super::statement::{Column, Columns};
-use super::{COLUMN_NAMES, binding_col, column_at};
+use super::{COLUMN_NAMES, COLUMNS, binding_col, column_at};
 use crate::model::Key;
 use crate::store::StoreError;
 
@@ -29,18 +33,24 @@ use crate::store::StoreError;
 /// polls come soon after the end.
 const LINGER: Duration = Duration::from_secs(5);
 
-/// Most resources kept (some hundred bytes each).
+/// Most resources kept (a row each: one to two kilobytes).
 const CAPACITY: usize = 16_384;
 
 /// How often entries past [`LINGER`] are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// What [`STATUS_COLUMNS`] selects of one row, read by position like a row of `COLUMNS`.
+/// One row of `SELECT {COLUMNS}` as values, read by position; a status row has the columns
+/// `get_status` does not read as NULL.
 #[derive(Debug, Clone)]
-pub(super) struct StatusRow(Vec<Value>);
+pub(super) struct RowValues(Vec<Value>);
 
-/// The statement that reads a status row: [`super::COLUMNS`] with the columns `get_status` does
-/// not read (sealed or parsed JSON) as NULL, so that it decodes as a row of `COLUMNS`.
+/// The statement that reads a whole row.
+static SELECT_ROW: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = ?1 AND binding_id = ?2")
+});
+
+/// The statement that reads a status row: [`COLUMNS`] with the columns `get_status` does not
+/// read (sealed or parsed JSON) as NULL, so that it decodes as a row of `COLUMNS`.
 static SELECT_STATUS: LazyLock<String> = LazyLock::new(|| {
     let columns: Vec<&str> = COLUMN_NAMES
         .iter()
@@ -55,10 +65,20 @@ static SELECT_STATUS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-impl StatusRow {
-    /// The status row of `key` as `conn` sees it; `None` when there is no such row.
-    pub(super) fn read(conn: &rusqlite::Connection, key: &Key) -> rusqlite::Result<Option<Self>> {
-        let mut statement = conn.prepare_cached(&SELECT_STATUS)?;
+impl RowValues {
+    /// The row of `key` as `conn` sees it, whole or its status only; `None` when there is no
+    /// such row.
+    pub(super) fn read(
+        conn: &rusqlite::Connection,
+        key: &Key,
+        status_only: bool,
+    ) -> rusqlite::Result<Option<Self>> {
+        let sql = if status_only {
+            &SELECT_STATUS
+        } else {
+            &SELECT_ROW
+        };
+        let mut statement = conn.prepare_cached(sql)?;
         let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
         let Some(row) = rows.next()? else {
             return Ok(None);
@@ -75,7 +95,7 @@ impl StatusRow {
     }
 }
 
-impl Columns for StatusRow {
+impl Columns for RowValues {
     fn column<T: Column>(&self, name: &str) -> Result<T, StoreError> {
         let at = column_at(name).ok_or_else(|| StoreError::Sqlite(format!("no column {name}")))?;
         T::column_result(ValueRef::from(&self.0[at]))
@@ -98,7 +118,7 @@ pub(super) enum Touches {
 #[derive(Debug)]
 pub(super) struct Seen {
     touches: Touches,
-    row: Option<StatusRow>,
+    row: Option<RowValues>,
 }
 
 impl Seen {
@@ -107,7 +127,7 @@ impl Seen {
         let row = match &touches {
             Touches::Nothing => None,
             Touches::Resource(key) | Touches::InstanceAndBindings(key) => {
-                StatusRow::read(conn, key)?
+                RowValues::read(conn, key, false)?
             }
         };
         Ok(Self { touches, row })
@@ -115,7 +135,7 @@ impl Seen {
 }
 
 struct Entry {
-    row: StatusRow,
+    row: RowValues,
     in_progress: bool,
     at: Instant,
 }
@@ -123,7 +143,7 @@ struct Entry {
 /// By instance id, then binding id (`""` for the instance itself).
 type Rows = HashMap<String, HashMap<String, Entry>>;
 
-/// The view: written by the writer thread after its commits, read by `get_status`.
+/// The view: written by the writer thread after its commits, read by `get` and `get_status`.
 pub(super) struct View {
     rows: Mutex<(Rows, Instant)>,
 }
@@ -135,8 +155,8 @@ impl View {
         }
     }
 
-    /// Decodes the status row of `key` with `decode`, if the view has it.
-    pub(super) fn read<R>(&self, key: &Key, decode: impl FnOnce(&StatusRow) -> R) -> Option<R> {
+    /// Decodes the row of `key` with `decode`, if the view has it.
+    pub(super) fn read<R>(&self, key: &Key, decode: impl FnOnce(&RowValues) -> R) -> Option<R> {
         let rows = self.rows.lock().expect("lock");
         let entry = rows.0.get(&key.instance_id)?.get(binding_col(key))?;
         Some(decode(&entry.row))
@@ -187,7 +207,20 @@ impl View {
         }
     }
 
-    /// Forgets everything: after a change made outside the writer (a purge).
+    /// Forgets `keys`: after a change of their rows that the writer committed without reading
+    /// them back (a claim). Every batch the writer published before is older than that change,
+    /// and every later one has read it back.
+    pub(super) fn forget(&self, keys: &[Key]) {
+        let mut guard = self.rows.lock().expect("lock");
+        for key in keys {
+            if let Some(resources) = guard.0.get_mut(&key.instance_id) {
+                resources.remove(binding_col(key));
+            }
+        }
+    }
+
+    /// Forgets everything: after a change made outside the writer (a purge, releasing every
+    /// lease, re-encryption).
     pub(super) fn clear(&self) {
         self.rows.lock().expect("lock").0.clear();
     }
@@ -197,12 +230,12 @@ impl View {
 mod tests {
     use super::*;
 
-    fn row(state: &str) -> StatusRow {
+    fn row(state: &str) -> RowValues {
         let mut values = vec![Value::Null; COLUMN_NAMES.len()];
         let at = |name| column_at(name).unwrap();
         values[at("op_state")] = Value::Text(state.into());
         values[at("op_id")] = Value::Text(format!("op-{state}"));
-        StatusRow(values)
+        RowValues(values)
     }
 
     fn seen(touches: Touches, state: &str) -> Seen {
@@ -239,6 +272,19 @@ mod tests {
         view.publish([seen(Touches::Resource(binding.clone()), "in progress")]);
         view.clear();
         assert_eq!(op_id(&view, &binding), None);
+    }
+
+    #[test]
+    fn forgotten_rows_are_read_from_the_store() {
+        let view = View::new();
+        let (instance, binding) = (Key::instance("i"), Key::binding("i", "b"));
+        view.publish([
+            seen(Touches::Resource(instance.clone()), "in progress"),
+            seen(Touches::Resource(binding.clone()), "in progress"),
+        ]);
+        view.forget(std::slice::from_ref(&binding));
+        assert_eq!(op_id(&view, &binding), None);
+        assert_eq!(op_id(&view, &instance).as_deref(), Some("op-in progress"));
     }
 
     #[test]
