@@ -397,7 +397,7 @@ async fn a_claim_and_a_release_show_in_the_next_read_of_the_same_store() {
     tokio::time::sleep(Duration::from_millis(150)).await; // the lease runs out
     let until = r.op.lease_until + 60_000;
     let claimed = store.claim_due("other", until, 10).await.unwrap();
-    assert_eq!(claimed, [key.clone()]);
+    assert_eq!(claimed, std::slice::from_ref(&key));
     let r = store.get(&key).await.unwrap().unwrap();
     assert_eq!(r.op.lease_owner.as_deref(), Some("other"));
     assert_eq!(r.op.lease_until, until);
@@ -405,4 +405,28 @@ async fn a_claim_and_a_release_show_in_the_next_read_of_the_same_store() {
     let r = store.get(&key).await.unwrap().unwrap();
     assert_eq!(r.op.lease_owner, None);
     assert_eq!(r.op.lease_until, 0);
+}
+
+#[tokio::test]
+async fn outputs_saved_mid_operation_show_in_the_next_read_of_the_same_store() {
+    let (engine, _, _dir) = engine(Duration::from_secs(30)).await;
+    let store = engine.store();
+    let key = provision(
+        &engine,
+        "i-10",
+        plan(&[("one", json!({}))]),
+        Duration::from_secs(60),
+    )
+    .await;
+    let op_id = store.get(&key).await.unwrap().unwrap().op.id;
+    let mut outputs = brokkr_engine::Outputs::default();
+    outputs.registry.insert("password".into(), json!("saved"));
+    assert!(
+        store
+            .save_outputs(&key, &op_id, engine.owner(), &outputs)
+            .await
+            .unwrap()
+    );
+    let r = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(r.outputs.registry.get("password"), Some(&json!("saved")));
 }

@@ -4,8 +4,8 @@
 //! row locking clause used when claiming due operations. PostgreSQL runs them all through sqlx's
 //! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
 //! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
-//! caller's thread (`readers`), and the status of what the writer changed lately from memory
-//! (`view`); the rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON
+//! caller's thread (`readers`), and the rows the writer changed lately from memory (`view`); the
+//! rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON
 //! is stored as text. The tables and their migrations are in `schema`, how a resource is a row
 //! (columns, sealing, decoding) in `row`, the orphans table in `orphans`.
 
@@ -480,7 +480,7 @@ impl Store for SqlStore {
             op_id.into(),
             owner.into(),
         ];
-        let touches = Touches::Nothing; // outputs are not part of the status
+        let touches = Touches::Resource(key.clone());
         self.write(Statement::new(sql, args), Vec::new(), touches)
             .await
     }

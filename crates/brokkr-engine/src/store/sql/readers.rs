@@ -2,9 +2,9 @@
 //!
 //! Through sqlx, each read goes to its connection's thread and back. A read of one row by its
 //! primary key takes microseconds, and in WAL mode a reader never waits for the writer (it sees
-//! the last commit), so the hot path's reads (`get`, and the `get_status` of a `last_operation`
-//! the view does not answer) run right where they are asked, on a connection taken from a few
-//! kept open.
+//! the last commit), so the hot path's reads that the view does not answer (`get`, and the
+//! `get_status` of a `last_operation`) run right where they are asked, on a connection taken
+//! from a few kept open.
 
 use std::sync::Mutex;
 

@@ -106,7 +106,7 @@ impl Columns for RowValues {
 /// What a change does to the resources the view shows.
 #[derive(Debug, Clone)]
 pub(super) enum Touches {
-    /// Nothing it shows (events, outputs, leases, orphans).
+    /// No row it shows (events, orphans), or rows forgotten afterwards (a claim).
     Nothing,
     /// This resource.
     Resource(Key),

@@ -3,17 +3,18 @@
 //! Through sqlx, every SQLite statement goes to the thread of its connection and its result comes
 //! back by waking the caller; with one transaction per change, a busy broker spends its CPU waking
 //! threads and committing. Here the changes of the hot path (creating a resource, starting an
-//! operation, saving its progress, outputs and end, its events, releasing it) go to one thread
-//! that owns a rusqlite connection. Whenever it is free it takes every change waiting, up to
-//! [`MAX_BATCH`], runs each in a savepoint of one transaction, commits that once, shows in the
-//! view (`view`) the status each change left, and only then answers each caller. A caller is
+//! operation, saving its progress, outputs and end, its events, claiming and releasing it) go to
+//! one thread that owns a rusqlite connection. Whenever it is free it takes every change
+//! waiting, up to [`MAX_BATCH`], runs each in a savepoint of one transaction, commits that once,
+//! shows in the view (`view`) the row each change left, and only then answers each caller. A caller is
 //! therefore answered only when its change is committed, as before; a change that fails rolls
 //! back alone (its savepoint) and the others commit. The batch grows with the load: alone, a
 //! change commits at once; under load, the changes that arrived during a commit share the next
 //! one.
 //!
-//! Reads and the rarer writes stay on the sqlx pool: SQLite's WAL lets them read the last commit
-//! while the writer writes, and a write there waits for the writer's lock (`busy_timeout`).
+//! The rarer writes stay on the sqlx pool (a write there waits for the writer's lock,
+//! `busy_timeout`); reads go to the view or to reader connections, which SQLite's WAL lets read
+//! the last commit while the writer writes.
 
 use std::sync::{Arc, mpsc};
 
