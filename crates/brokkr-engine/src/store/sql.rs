@@ -5,8 +5,8 @@
 //! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
 //! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
 //! caller's thread (`readers`), and the rows the writer changed lately from memory (`view`); the
-//! rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON
-//! is stored as text. The tables and their migrations are in `schema`, how a resource is a row
+//! rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON is stored as
+//! text. The tables and their migrations are in `schema`, how a resource is a row
 //! (columns, sealing, decoding) in `row`, the orphans table in `orphans`.
 
 use async_trait::async_trait;
@@ -32,7 +32,7 @@ use readers::Readers;
 use row::{COLUMN_NAMES, COLUMNS, SEALED_COLUMNS, column_at, seal_context};
 pub use schema::{Migration, SCHEMA_VERSION, migrations};
 use schema::{migrate_conn, read_version};
-use statement::{Arg, Statement};
+use statement::{Arg, Statement, sqlite_sql};
 use view::{RowValues, Touches, View};
 use writer::Writer;
 
@@ -573,7 +573,7 @@ impl Store for SqlStore {
             let owner = owner.to_owned();
             let keys = writer
                 .write(Touches::Nothing, move |conn| {
-                    let mut statement = conn.prepare_cached(&sql.replace('$', "?"))?;
+                    let mut statement = conn.prepare_cached(&sqlite_sql(&sql))?;
                     let rows = statement
                         .query_map(rusqlite::params![owner, lease_until, now, limit], |row| {
                             Ok(row_key(row.get(0)?, row.get(1)?))

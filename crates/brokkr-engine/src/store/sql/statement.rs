@@ -82,6 +82,11 @@ impl Columns for rusqlite::Row<'_> {
     }
 }
 
+/// `sql`, written with PostgreSQL's numbered parameters (`$n`), with SQLite's (`?n`).
+pub(super) fn sqlite_sql(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
 /// A statement of the hot path and its arguments, in `$n` order.
 pub(super) struct Statement {
     sql: String,
@@ -110,8 +115,7 @@ impl Statement {
 
     /// Runs the statement on the writer's connection; returns the rows it changed.
     pub(super) fn run(&self, conn: &rusqlite::Connection) -> rusqlite::Result<u64> {
-        // `?n` is SQLite's numbered parameter, the `$n` of PostgreSQL.
-        let mut stmt = conn.prepare_cached(&self.sql.replace('$', "?"))?;
+        let mut stmt = conn.prepare_cached(&sqlite_sql(&self.sql))?;
         let changed = stmt.execute(rusqlite::params_from_iter(&self.args))?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }

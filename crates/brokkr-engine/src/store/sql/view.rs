@@ -44,10 +44,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub(super) struct RowValues(Vec<Value>);
 
+/// The statement that reads `columns` of one row.
+fn select(columns: &str) -> String {
+    format!("SELECT {columns} FROM brokkr_resources WHERE instance_id = ?1 AND binding_id = ?2")
+}
+
 /// The statement that reads a whole row.
-static SELECT_ROW: LazyLock<String> = LazyLock::new(|| {
-    format!("SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = ?1 AND binding_id = ?2")
-});
+static SELECT_ROW: LazyLock<String> = LazyLock::new(|| select(COLUMNS));
 
 /// The statement that reads a status row: [`COLUMNS`] with the columns `get_status` does not
 /// read (sealed or parsed JSON) as NULL, so that it decodes as a row of `COLUMNS`.
@@ -59,10 +62,7 @@ static SELECT_STATUS: LazyLock<String> = LazyLock::new(|| {
             c => c,
         })
         .collect();
-    format!(
-        "SELECT {} FROM brokkr_resources WHERE instance_id = ?1 AND binding_id = ?2",
-        columns.join(", ")
-    )
+    select(&columns.join(", "))
 });
 
 impl RowValues {
