@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::Context;
 use crate::conditions;
-use crate::names::object_name;
+use crate::names::{label_value, object_name};
 use crate::resources::{
     BrokerAuthInfo, ClusterServiceBroker, ClusterServiceClass, ClusterServiceClassSpec,
     ClusterServicePlan, ClusterServicePlanSpec, CommonServiceBrokerSpec, CommonServiceClassSpec,
@@ -142,7 +142,7 @@ fn entry_meta<B: BrokerKind>(broker: &B, name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_owned()),
         namespace: broker.namespace(),
-        labels: Some([(BROKER_LABEL.to_owned(), broker.name_any())].into()),
+        labels: Some([(BROKER_LABEL.to_owned(), label_value(&broker.name_any()))].into()),
         owner_references: broker.controller_owner_ref(&()).map(|o| vec![o]),
         ..ObjectMeta::default()
     }
@@ -408,8 +408,9 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let class_api = broker.class_api(&ctx.client);
     let plan_api = broker.plan_api(&ctx.client);
-    let mut taken = taken_by_others(&class_api, &classes, &broker.name_any()).await?;
-    taken.extend(taken_by_others(&plan_api, &plans, &broker.name_any()).await?);
+    let owner = label_value(&broker.name_any());
+    let mut taken = taken_by_others(&class_api, &classes, &owner).await?;
+    taken.extend(taken_by_others(&plan_api, &plans, &owner).await?);
     if !taken.is_empty() {
         return Err(Error::Catalog(format!(
             "the catalog offers ids whose {} already belong to another broker: {}; a broker never takes over another's classes and plans (give the services and plans ids of their own)",
@@ -438,7 +439,10 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
         plan_names.insert(name);
     }
 
-    let listed = ListParams::default().labels(&format!("{BROKER_LABEL}={}", broker.name_any()));
+    let listed = ListParams::default().labels(&format!(
+        "{BROKER_LABEL}={}",
+        label_value(&broker.name_any())
+    ));
     for class in class_api.list(&listed).await? {
         if !class_names.contains(&class.name_any()) {
             mark_removed(&class_api, &class, true).await?;

@@ -17,10 +17,12 @@
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`metrics`]: what they count.
 
+pub mod backoff;
 pub mod binding;
 pub mod broker;
 mod conditions;
 mod finalizer;
+pub mod identity;
 pub mod instance;
 pub mod lease;
 pub mod metrics;
@@ -32,6 +34,7 @@ pub mod projector;
 pub mod resources;
 mod status;
 pub mod usage;
+pub mod user_info;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -57,6 +60,13 @@ pub struct Context {
     /// How long a resource waits for what it names to appear or become Ready (a binding for its
     /// instance, an instance for its class and plan) before it fails.
     pub wait_timeout: std::time::Duration,
+    /// Every ServiceInstance of the cluster, as the instance controller's watch sees them (set
+    /// by [`run`]): a new instance's OSB id is checked against the others'.
+    pub instances: std::sync::OnceLock<kube::runtime::reflector::Store<ServiceInstance>>,
+    /// Whether `spec.userInfo` is checked by the API server, and so forwarded to brokers.
+    pub user_info: user_info::Guard,
+    /// When each failing instance or binding may call its broker again.
+    pub backoffs: backoff::Backoffs,
 }
 
 impl Context {
@@ -67,6 +77,9 @@ impl Context {
             metrics: Metrics::default(),
             cluster_id: None,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            instances: std::sync::OnceLock::new(),
+            user_info: user_info::Guard::default(),
+            backoffs: backoff::Backoffs::default(),
         }
     }
 }
@@ -77,16 +90,18 @@ pub const DEFAULT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// Runs every controller until `shutdown` completes; reconciles in progress then finish.
 pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'static) {
     let client = ctx.client.clone();
+    let instances = instance::controller(&client);
+    let _ = ctx.instances.set(instances.store());
     let ctx = Arc::new(ctx);
     let shutdown = shutdown.boxed().shared();
-    let instances = instance::controller(&client)
+    let instances = instances
         // A ServiceBinding that comes or goes may unblock its instance's deletion.
         .watches(
             Api::<ServiceBinding>::all(client.clone()),
             watcher::Config::default(),
             |binding| {
                 let ns = binding.metadata.namespace.clone()?;
-                Some(ObjectRef::new(&binding.spec.instance_ref.name).within(&ns))
+                Some(ObjectRef::new(identity::bound_instance_name(&binding)).within(&ns))
             },
         )
         .graceful_shutdown_on(shutdown.clone())
@@ -127,7 +142,7 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
                     .into_iter()
                     .filter(|b| {
                         b.metadata.namespace == ns
-                            && Some(&b.spec.instance_ref.name) == name.as_ref()
+                            && name.as_deref() == Some(identity::bound_instance_name(b))
                     })
                     .map(|b| ObjectRef::from_obj(&*b))
                     .collect::<Vec<_>>()

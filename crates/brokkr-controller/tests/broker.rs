@@ -98,10 +98,10 @@ async fn a_cluster_broker_lists_its_catalog_and_marks_what_it_drops() {
     let metrics = Metrics::register(&mut registry);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let ctx = brokkr_controller::Context {
-        client: client.clone(),
         metrics,
         cluster_id: None,
         wait_timeout: brokkr_controller::DEFAULT_WAIT_TIMEOUT,
+        ..brokkr_controller::Context::new(client.clone())
     };
     let controllers = tokio::spawn(brokkr_controller::run(ctx, async {
         let _ = stopped.await;

@@ -1,6 +1,7 @@
 //! The ServiceInstance controller against the fake API server and a scripted OSB broker whose
-//! operations never finish: what a provision sends (context, originating identity, accepts
-//! incomplete) and a poll that outlives the plan's maximum polling duration ending in `Failed`.
+//! operations never finish: what a provision sends (context, originating identity only where
+//! the API server checked it, accepts incomplete) and a poll that outlives the plan's maximum
+//! polling duration ending in `Failed`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,8 +54,10 @@ async fn slow_broker(seen: Seen) -> String {
     url
 }
 
-#[tokio::test]
-async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
+/// Provisions an instance of a plan whose operations outlive its maximum polling duration,
+/// `spec.userInfo` checked by the API server or not; checks that it fails, and returns what
+/// the one provision sent.
+async fn provision_until_it_times_out(user_info_checked: bool) -> (HeaderMap, String, Value) {
     let seen = Seen::default();
     let url = slow_broker(seen.clone()).await;
     let fake = FakeCluster::start().await;
@@ -62,10 +65,11 @@ async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
         fake.add_crd(&crd);
     }
     let ctx = brokkr_controller::Context {
-        client: fake.client(),
         metrics: Metrics::default(),
         cluster_id: Some("cluster-1".into()),
         wait_timeout: brokkr_controller::DEFAULT_WAIT_TIMEOUT,
+        user_info: brokkr_controller::user_info::Guard::fixed(user_info_checked),
+        ..brokkr_controller::Context::new(fake.client())
     };
     let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
     fake.create(
@@ -107,13 +111,23 @@ async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
     );
     assert_eq!(instance["status"]["asyncOpInProgress"], false);
     assert_eq!(
+        instance["status"]["externalID"], "instance-1",
+        "the id recorded"
+    );
+    assert_eq!(
         instance["status"]["lastConditionState"],
         "ProvisionTimedOut"
     );
 
+    controllers.abort();
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 1, "provisioned once");
-    let (headers, query, body) = &seen[0];
+    seen[0].clone()
+}
+
+#[tokio::test]
+async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
+    let (headers, query, body) = provision_until_it_times_out(true).await;
     assert_eq!(query, "accepts_incomplete=true");
     assert_eq!(body["service_id"], "svc");
     assert_eq!(body["plan_id"], "plan");
@@ -132,5 +146,16 @@ async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
     assert_eq!(parsed.platform, "kubernetes");
     assert_eq!(parsed.value["username"], "alice");
     assert!(headers.contains_key("x-broker-api-request-identity"));
-    controllers.abort();
+}
+
+/// Without the API server's check of `spec.userInfo`, what a tenant wrote there is not sent as
+/// the originating identity: nothing is.
+#[tokio::test]
+async fn an_unchecked_user_info_is_not_forwarded() {
+    let (headers, _, body) = provision_until_it_times_out(false).await;
+    assert_eq!(body["service_id"], "svc");
+    assert!(
+        !headers.contains_key("x-broker-api-originating-identity"),
+        "{headers:?}"
+    );
 }

@@ -15,16 +15,16 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 
-use super::{RECHECK, Reconcile, binding_id, secret};
+use super::{Reconcile, binding_id, secret};
 use crate::broker::Error;
 use crate::instance::resolve::Resolved;
 use crate::instance::{instance_id, osb_context};
-use crate::parameters;
 use crate::platform::may_have_created;
 use crate::resources::{
     ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,
     ServiceInstance, UnbindStatus,
 };
+use crate::{identity, parameters};
 
 impl Reconcile<'_> {
     /// Binds: waits while a Secret of that name is not this binding's, builds the parameters,
@@ -43,6 +43,25 @@ impl Reconcile<'_> {
             );
             return self.wait("SecretNotOwned", message).await;
         }
+        let others = self.transform_sources().await?;
+        if let Some(missing) = secret::sources(&self.binding.spec.secret_transforms)
+            .into_iter()
+            .find(|name| !others.contains_key(name))
+        {
+            let message = format!(
+                "spec.secretTransforms copies keys from the Secret {missing:?}, which does not exist; waiting for it"
+            );
+            return self.wait("ErrorWithSecretTransforms", message).await;
+        }
+        if let Err(invalid) = secret::precheck(&self.binding.spec.secret_transforms, &others) {
+            return self
+                .fail("ErrorWithSecretTransforms", invalid.to_string())
+                .await;
+        }
+        if let Some(wait) = self.ctx.backoffs.wait(&self.uid()) {
+            // The last bind failed: the next waits its turn.
+            return Ok(Action::requeue(wait));
+        }
         let params = match parameters::build(
             &self.ctx.client,
             &self.namespace,
@@ -57,6 +76,10 @@ impl Reconcile<'_> {
             }
             Err(invalid) => return self.fail("ErrorWithParameters", invalid.to_string()).await,
         };
+        if identity::record_binding(self.binding, &mut self.status, instance) {
+            // The first call: the ids it is made with are recorded before it is made.
+            self.write_status().await?;
+        }
         let request = BindRequest {
             service_id: resolved.class.external_id.clone(),
             plan_id: resolved.plan.external_id.clone(),
@@ -77,7 +100,11 @@ impl Reconcile<'_> {
         self.status.in_progress_properties = Some(ServiceBindingPropertiesState {
             parameters: params.redacted,
             parameter_checksum: params.checksum,
-            user_info: self.binding.spec.user_info.clone(),
+            user_info: self
+                .ctx
+                .user_info
+                .forwarded(self.binding.spec.user_info.as_ref())
+                .cloned(),
         });
         self.status.unbind_status = Some(UnbindStatus::Required);
         match answer {
@@ -121,11 +148,12 @@ impl Reconcile<'_> {
         self.end_operation();
         self.set("Ready", ConditionStatus::False, "BindCallFailed", message);
         self.write_status().await?;
-        Ok(Action::requeue(RECHECK))
+        Ok(Action::requeue(self.ctx.backoffs.failed(&self.uid())))
     }
 
     /// Starts unbinding what a bind that went wrong may have left at the broker.
     pub(super) async fn start_orphan_mitigation(&mut self, why: String) -> Result<Action, Error> {
+        self.ctx.backoffs.failed(&self.uid());
         self.end_operation();
         self.status.orphan_mitigation_in_progress = true;
         self.status.unbind_status = Some(UnbindStatus::Required);
@@ -154,18 +182,7 @@ impl Reconcile<'_> {
         resolved: &Resolved,
         credentials: Map<String, Value>,
     ) -> Result<Action, Error> {
-        let mut others = BTreeMap::new();
-        for name in secret::sources(&self.binding.spec.secret_transforms) {
-            if let Some(found) = self.secrets.get_opt(&name).await? {
-                let data = found
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                others.insert(name, data);
-            }
-        }
+        let others = self.transform_sources().await?;
         let contents = match secret::contents(
             credentials,
             &resolved.class.external_name,
@@ -185,6 +202,7 @@ impl Reconcile<'_> {
                 return self.start_orphan_mitigation(message).await;
             }
         }
+        self.ctx.backoffs.forget(&self.uid());
         let name = secret::name(self.binding);
         self.status.external_properties = self.status.in_progress_properties.take();
         self.status.reconciled_generation = self.status.observed_generation;
@@ -205,5 +223,24 @@ impl Reconcile<'_> {
         self.event(EventType::Normal, "InjectedBindResult", &message, "Bind")
             .await;
         Ok(Action::await_change())
+    }
+
+    /// The Secrets `addKeysFrom` transforms copy from that exist, by name, with their data.
+    async fn transform_sources(
+        &self,
+    ) -> Result<BTreeMap<String, BTreeMap<String, Vec<u8>>>, Error> {
+        let mut others = BTreeMap::new();
+        for name in secret::sources(&self.binding.spec.secret_transforms) {
+            if let Some(found) = self.secrets.get_opt(&name).await? {
+                let data = found
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                others.insert(name, data);
+            }
+        }
+        Ok(others)
     }
 }

@@ -15,11 +15,12 @@ use crate::broker::Error;
 use crate::instance::resolve::{Resolved, resolve};
 use crate::instance::{ABANDON_ANNOTATION, instance_id};
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
-use crate::{finalizer, platform};
+use crate::{finalizer, identity, platform};
 
 impl Reconcile<'_> {
     /// Deletion: the Secret first, then unbind, then the finalizer.
     pub(super) async fn delete(mut self) -> Result<Action, Error> {
+        self.ctx.backoffs.forget(&self.uid());
         if !finalizer::has(self.binding, FINALIZER) {
             return Ok(Action::await_change());
         }
@@ -37,7 +38,7 @@ impl Reconcile<'_> {
                 format!(
                     "released without unbinding: binding {:?} of instance {:?} may remain at the broker",
                     binding_id(self.binding),
-                    self.binding.spec.instance_ref.name
+                    identity::bound_instance_name(self.binding)
                 )
             } else {
                 "released; nothing was bound".to_owned()
@@ -55,7 +56,7 @@ impl Reconcile<'_> {
             finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
             return Ok(Action::await_change());
         }
-        let name = self.binding.spec.instance_ref.name.clone();
+        let name = identity::bound_instance_name(self.binding).to_owned();
         let instances =
             Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
         let Some(instance) = instances.get_opt(&name).await? else {
@@ -66,6 +67,11 @@ impl Reconcile<'_> {
             self.write_status().await?;
             return Ok(Action::requeue(RECHECK));
         };
+        if let Some(message) = identity::instance_replaced(self.binding, &instance) {
+            self.set("Ready", ConditionStatus::False, identity::CHANGED, message);
+            self.write_status().await?;
+            return Ok(Action::await_change());
+        }
         let resolved = match resolve(&instance, self.ctx).await? {
             Ok(resolved) => self.with_identity(resolved)?,
             Err(missing) => {

@@ -34,13 +34,11 @@ pub mod secret;
 use std::sync::Arc;
 use std::time::Duration;
 
-use brokkr_osb::headers::OriginatingIdentity;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
-use serde_json::json;
 
 use crate::broker::Error;
 use crate::instance::resolve::{Resolved, resolve};
@@ -48,7 +46,8 @@ use crate::platform::humanize;
 use crate::resources::{
     ConditionStatus, ServiceBinding, ServiceBindingStatus, ServiceInstance, UnbindStatus,
 };
-use crate::{Context, conditions, finalizer, platform, status};
+use crate::{Context, conditions, finalizer, identity, platform, status};
+pub use identity::binding_id;
 
 /// The finalizer that keeps a ServiceBinding until the broker has unbound it.
 pub const FINALIZER: &str = "services.brokkr.dev/service-binding";
@@ -90,7 +89,7 @@ pub async fn bindings_of(
         .await?;
     Ok(all
         .into_iter()
-        .filter(|b| b.spec.instance_ref.name == instance)
+        .filter(|b| identity::bound_instance_name(b) == instance)
         .collect())
 }
 
@@ -172,10 +171,22 @@ impl<'a> Reconcile<'a> {
             return Ok(Action::await_change());
         }
         self.status.observed_generation = generation;
+        if let Some((reason, message)) = identity::binding_mismatch(self.binding, None) {
+            return self.refuse(reason, message).await;
+        }
 
         let Some(instance) = self.ready_instance().await? else {
             return Ok(Action::requeue(RECHECK));
         };
+        if let Some((reason, message)) = identity::binding_mismatch(self.binding, Some(&instance)) {
+            return self.refuse(reason, message).await;
+        }
+        if identity::binding_called(&self.status)
+            && identity::record_binding(self.binding, &mut self.status, &instance)
+        {
+            // Bound before the record existed: adopted with the ids it has now.
+            self.write_status().await?;
+        }
         let resolved = match resolve(&instance, self.ctx).await? {
             Ok(resolved) => resolved,
             Err(missing) => {
@@ -265,6 +276,31 @@ impl<'a> Reconcile<'a> {
         Ok(Action::requeue(RECHECK))
     }
 
+    /// The spec names other OSB ids than those recorded, or one the OSB API cannot carry:
+    /// nothing is sent to the broker until it is changed back. A binding never bound fails.
+    async fn refuse(&mut self, reason: &str, message: String) -> Result<Action, Error> {
+        if self.status.external_id.is_none() {
+            return self.fail(reason, message).await;
+        }
+        let said = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+        self.set("Ready", ConditionStatus::False, reason, message.clone());
+        self.write_status().await?;
+        if !said {
+            self.event(EventType::Warning, reason, &message, "Bind")
+                .await;
+        }
+        Ok(Action::await_change())
+    }
+
+    /// The binding's uid, which its backoff is kept by.
+    fn uid(&self) -> String {
+        self.binding.uid().unwrap_or_default()
+    }
+
     /// Ends in `Failed=True` (until the spec changes).
     async fn fail(&mut self, reason: &str, message: String) -> Result<Action, Error> {
         self.end_operation();
@@ -277,17 +313,12 @@ impl<'a> Reconcile<'a> {
     }
 
     /// `resolved` with a broker client that sends the binding's user as the originating
-    /// identity.
+    /// identity, where the API server checked it ([`crate::user_info`]).
     fn with_identity(&self, mut resolved: Resolved) -> Result<Resolved, Error> {
-        let user = self
-            .binding
-            .spec
+        resolved.osb = self
+            .ctx
             .user_info
-            .as_ref()
-            .map_or_else(|| json!({}), |u| json!(u));
-        resolved.osb = resolved
-            .osb
-            .with_originating_identity(&OriginatingIdentity::new("kubernetes", user))?;
+            .client(resolved.osb, self.binding.spec.user_info.as_ref())?;
         Ok(resolved)
     }
 
@@ -338,13 +369,4 @@ impl<'a> Reconcile<'a> {
     async fn event(&self, type_: EventType, reason: &str, note: &str, action: &str) {
         platform::event(self.ctx, self.binding, type_, reason, note, action).await;
     }
-}
-
-/// The OSB binding id: `spec.externalID`, else the resource's uid.
-pub fn binding_id(binding: &ServiceBinding) -> String {
-    binding
-        .spec
-        .external_id
-        .clone()
-        .unwrap_or_else(|| binding.uid().unwrap_or_default())
 }

@@ -7,6 +7,7 @@ use kube::runtime::controller::Action;
 
 use super::{Reconcile, binding_id, secret};
 use crate::broker::Error;
+use crate::identity;
 use crate::instance::instance_id;
 use crate::instance::resolve::resolve;
 use crate::resources::{ConditionStatus, ServiceInstance};
@@ -15,7 +16,7 @@ impl Reconcile<'_> {
     /// The Secret of a bound binding went: fetch the credentials again where the broker keeps
     /// them (`bindings_retrievable`), else say how to get them back.
     pub(super) async fn restore_secret(&mut self) -> Result<Action, Error> {
-        let name = self.binding.spec.instance_ref.name.clone();
+        let name = identity::bound_instance_name(self.binding).to_owned();
         let instances =
             Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
         let resolved = match instances.get_opt(&name).await? {
@@ -30,6 +31,11 @@ impl Reconcile<'_> {
                 .secret_lost("its instance or plan cannot be found")
                 .await;
         };
+        if identity::instance_replaced(self.binding, &instance).is_some() {
+            return self
+                .secret_lost("its ServiceInstance was re-created since it was bound")
+                .await;
+        }
         if !resolved.class.binding_retrievable {
             return self
                 .secret_lost("the broker does not let bindings be fetched again")

@@ -79,13 +79,29 @@ pub fn contents(
         .map(|(k, v)| (k, v.into_bytes()))
         .collect();
     for (index, transform) in transforms.iter().enumerate() {
-        apply(&mut data, transform, &original, other_secret)
+        apply(&mut data, transform, Some(&original), other_secret)
             .map_err(|message| Unusable::Transform { index, message })?;
     }
     Ok(Contents {
         secret_type: secret.secret_type,
         data,
     })
+}
+
+/// What can be known of `transforms` before there are credentials: each sets exactly one
+/// action, its values decode, its JSONPath parses and the Secrets it copies from (in
+/// `other_secret`) exist. Checked before a bind, so that a binding whose Secret could never be
+/// written does not bind (and unbind) again and again.
+pub fn precheck(
+    transforms: &[SecretTransform],
+    other_secret: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+) -> Result<(), Unusable> {
+    let mut data = BTreeMap::new();
+    for (index, transform) in transforms.iter().enumerate() {
+        apply(&mut data, transform, None, other_secret)
+            .map_err(|message| Unusable::Transform { index, message })?;
+    }
+    Ok(())
 }
 
 /// The names of the Secrets that `transforms` copy keys from.
@@ -97,10 +113,11 @@ pub fn sources(transforms: &[SecretTransform]) -> Vec<String> {
         .collect()
 }
 
+/// Applies `transform` to `data`; with no `credentials` yet, a JSONPath is only parsed.
 fn apply(
     data: &mut BTreeMap<String, Vec<u8>>,
     transform: &SecretTransform,
-    credentials: &Value,
+    credentials: Option<&Value>,
     other_secret: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
 ) -> Result<(), String> {
     let set = [
@@ -124,14 +141,23 @@ fn apply(
                 .decode(b64)
                 .map_err(|_| format!("addKey {:?}: value is not base64", add.key))?,
             (None, Some(text), None) => text.clone().into_bytes(),
-            (None, None, Some(path)) => json_path(credentials, path)
-                .ok_or_else(|| {
-                    format!(
-                        "addKey {:?}: {path:?} matches nothing in the credentials",
+            (None, None, Some(path)) => match credentials {
+                Some(credentials) => json_path(credentials, path)
+                    .ok_or_else(|| {
+                        format!(
+                            "addKey {:?}: {path:?} matches nothing in the credentials",
+                            add.key
+                        )
+                    })?
+                    .into_bytes(),
+                None if Value::Null.query(&query(path)).is_ok() => Vec::new(),
+                None => {
+                    return Err(format!(
+                        "addKey {:?}: {path:?} is not a JSONPath expression",
                         add.key
-                    )
-                })?
-                .into_bytes(),
+                    ));
+                }
+            },
             _ => {
                 return Err(format!(
                     "addKey {:?}: exactly one of value, stringValue and jsonPathExpression must be set",
@@ -157,12 +183,21 @@ fn apply(
 /// The value at `path` in `credentials` as text: a string as it is, anything else as JSON. The
 /// Service Catalog's `{.a.b}` form and JSONPath's `$.a.b` are both accepted.
 fn json_path(credentials: &Value, path: &str) -> Option<String> {
+    let found = credentials.query(&query(path)).ok()?;
+    found.first().map(|v| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// `path` in either accepted form as a JSONPath query (`$…`).
+fn query(path: &str) -> String {
     let trimmed = path.trim();
     let inner = trimmed
         .strip_prefix('{')
         .and_then(|p| p.strip_suffix('}'))
         .unwrap_or(trimmed);
-    let query = if inner.starts_with('$') {
+    if inner.starts_with('$') {
         inner.to_owned()
     } else {
         format!(
@@ -173,12 +208,7 @@ fn json_path(credentials: &Value, path: &str) -> Option<String> {
                 format!(".{inner}")
             }
         )
-    };
-    let found = credentials.query(&query).ok()?;
-    found.first().map(|v| match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    })
+    }
 }
 
 /// The Secret a binding names: `spec.secretName`, else the binding's name.
@@ -224,7 +254,10 @@ pub async fn write(
         return Ok(Written::NotOwned);
     }
     let mut labels = BTreeMap::new();
-    labels.insert(BINDING_LABEL.to_owned(), binding.name_any());
+    labels.insert(
+        BINDING_LABEL.to_owned(),
+        crate::names::label_value(&binding.name_any()),
+    );
     let desired = Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),

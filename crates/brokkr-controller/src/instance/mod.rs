@@ -50,7 +50,8 @@ use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
     ServiceInstanceStatus,
 };
-use crate::{conditions, finalizer, platform};
+use crate::{conditions, finalizer, identity, platform};
+pub(crate) use identity::instance_id;
 
 /// The finalizer that keeps a ServiceInstance until the broker has deprovisioned it.
 pub const FINALIZER: &str = "services.brokkr.dev/service-instance";
@@ -179,6 +180,11 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
 
     let resolved = match resolve(instance, ctx).await {
         Ok(Ok(resolved)) => resolved,
+        Ok(Err(_)) | Err(_)
+            if let Some((reason, message)) = identity::instance_mismatch(instance, None) =>
+        {
+            return refuse(instance, ctx, status, reason, message).await;
+        }
         Ok(Err(missing)) if deleting => {
             // Nothing can be deprovisioned without a plan: only an instance never provisioned goes.
             return delete::without_broker(instance, ctx, status, missing).await;
@@ -191,6 +197,13 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     };
     status.user_specified_class_name = Some(resolved.class_display.clone());
     status.user_specified_plan_name = Some(resolved.plan_display.clone());
+    let class_id = resolved.class.external_id.as_str();
+    if let Some((reason, message)) = identity::instance_mismatch(instance, Some(class_id)) {
+        return refuse(instance, ctx, status, reason, message).await;
+    }
+    if identity::adopt_instance(instance, &mut status, class_id) {
+        write_status(instance, ctx, &status).await?;
+    }
 
     if status.async_op_in_progress {
         return poll::poll(instance, ctx, status, &resolved).await;
@@ -294,6 +307,40 @@ async fn parameters_invalid(
     Ok(Action::await_change())
 }
 
+/// The spec names other OSB ids than those recorded, or one the OSB API cannot carry: nothing
+/// is sent to the broker until it is changed back. An instance never provisioned fails.
+async fn refuse(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    reason: &str,
+    message: String,
+) -> Result<Action, Error> {
+    if !ready_says(&status, reason, &message) {
+        event(ctx, instance, EventType::Warning, reason, &message).await;
+    }
+    status.observed_generation = instance.metadata.generation.unwrap_or_default();
+    if status.provision_status != Some(ProvisionStatus::Provisioned) && status.external_id.is_none()
+    {
+        set(
+            &mut status,
+            "Failed",
+            ConditionStatus::True,
+            reason,
+            message.clone(),
+        );
+    }
+    set(
+        &mut status,
+        "Ready",
+        ConditionStatus::False,
+        reason,
+        message,
+    );
+    write_status(instance, ctx, &status).await?;
+    Ok(Action::await_change())
+}
+
 /// Whether the Ready condition already says this (so that an event is sent once).
 fn ready_says(status: &ServiceInstanceStatus, reason: &str, message: &str) -> bool {
     status
@@ -352,15 +399,6 @@ async fn wait_for_catalog(
     Ok(Action::requeue(RECHECK))
 }
 
-/// The OSB instance id: `spec.externalID`, else the resource's uid.
-pub(crate) fn instance_id(instance: &ServiceInstance) -> String {
-    instance
-        .spec
-        .external_id
-        .clone()
-        .unwrap_or_else(|| instance.uid().unwrap_or_default())
-}
-
 /// The OSB `context` of provisions and updates.
 /// The OSB `context` of requests about `instance`: `{platform: kubernetes, namespace,
 /// instance_name, clusterid}`.
@@ -382,6 +420,7 @@ pub(crate) fn osb_context(instance: &ServiceInstance, ctx: &Context) -> Map<Stri
 /// their checksum, who asked.
 fn properties(
     instance: &ServiceInstance,
+    ctx: &Context,
     resolved: &Resolved,
     parameters: &Parameters,
 ) -> ServiceInstancePropertiesState {
@@ -405,7 +444,10 @@ fn properties(
     ServiceInstancePropertiesState {
         parameters: parameters.redacted.clone(),
         parameter_checksum: parameters.checksum.clone(),
-        user_info: instance.spec.user_info.clone(),
+        user_info: ctx
+            .user_info
+            .forwarded(instance.spec.user_info.as_ref())
+            .cloned(),
         ..plan
     }
 }

@@ -11,8 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::{
-    RECHECK, end_operation, event, instance_id, osb_context, properties, reason, set, started,
-    write_status,
+    end_operation, event, instance_id, osb_context, properties, reason, set, started, write_status,
 };
 use crate::broker::Error;
 use crate::instance::resolve::Resolved;
@@ -21,7 +20,7 @@ use crate::resources::{
     ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
-use crate::{Context, platform};
+use crate::{Context, identity, platform};
 
 /// How long after a successful orphan mitigation the provision is tried again.
 pub(super) const RETRY_AFTER_MITIGATION: Duration = Duration::from_secs(5);
@@ -45,7 +44,47 @@ pub(super) async fn provision(
             return Ok(Action::requeue(RETRY_AFTER_MITIGATION - waited));
         }
     }
+    let uid = instance.uid().unwrap_or_default();
+    if let Some(wait) = ctx.backoffs.wait(&uid) {
+        // The last provision failed: the next waits its turn.
+        return Ok(Action::requeue(wait));
+    }
     status.conditions.retain(|c| c.type_ != "Failed");
+    if status.external_id.is_none() {
+        // The first call: the ids it is made with are recorded before it is made.
+        let id = instance_id(instance);
+        if let Some(instances) = ctx.instances.get()
+            && identity::instance_id_in_use(instances, instance, &id)
+        {
+            let message = "another ServiceInstance already has this spec.externalID: leave it out, or choose another".to_owned();
+            set(
+                &mut status,
+                "Failed",
+                ConditionStatus::True,
+                identity::IN_USE,
+                message.clone(),
+            );
+            set(
+                &mut status,
+                "Ready",
+                ConditionStatus::False,
+                identity::IN_USE,
+                message.clone(),
+            );
+            write_status(instance, ctx, &status).await?;
+            event(
+                ctx,
+                instance,
+                EventType::Warning,
+                identity::IN_USE,
+                &message,
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+        identity::record_instance(instance, &mut status, &resolved.class.external_id);
+        write_status(instance, ctx, &status).await?;
+    }
     let request = ProvisionRequest {
         service_id: resolved.class.external_id.clone(),
         plan_id: resolved.plan.external_id.clone(),
@@ -66,7 +105,7 @@ pub(super) async fn provision(
         .provision(&instance_id(instance), &request, true)
         .await;
     ctx.metrics.osb_call("provision", &answer);
-    status.in_progress_properties = Some(properties(instance, resolved, parameters));
+    status.in_progress_properties = Some(properties(instance, ctx, resolved, parameters));
     match answer {
         Ok(response) if response.is_async() => {
             status.deprovision_status = Some(DeprovisionStatus::Required);
@@ -101,6 +140,7 @@ pub(super) async fn provisioned(
     ctx: &Context,
     mut status: ServiceInstanceStatus,
 ) -> Result<Action, Error> {
+    ctx.backoffs.forget(&instance.uid().unwrap_or_default());
     status.provision_status = Some(ProvisionStatus::Provisioned);
     status.deprovision_status = Some(DeprovisionStatus::Required);
     status.external_properties = status.in_progress_properties.take();
@@ -165,7 +205,7 @@ async fn failed(
     Ok(if terminal {
         Action::await_change()
     } else {
-        Action::requeue(RECHECK)
+        Action::requeue(ctx.backoffs.failed(&instance.uid().unwrap_or_default()))
     })
 }
 
@@ -178,6 +218,7 @@ pub(super) async fn start_orphan_mitigation(
     cause: &str,
     terminal: bool,
 ) -> Result<Action, Error> {
+    ctx.backoffs.failed(&instance.uid().unwrap_or_default());
     end_operation(&mut status);
     status.orphan_mitigation_in_progress = true;
     status.deprovision_status = Some(DeprovisionStatus::Required);

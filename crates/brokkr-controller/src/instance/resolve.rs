@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use brokkr_osb::client::{Client as OsbClient, PlanRef};
-use brokkr_osb::headers::OriginatingIdentity;
 use kube::{Api, ResourceExt as _};
-use serde_json::json;
 
 use crate::Context;
 use crate::broker::{Error, osb_client};
@@ -265,11 +263,7 @@ pub(crate) async fn resolve(
             .await?;
         osb_client(&broker, &ctx.client).await?
     };
-    let user = spec
-        .user_info
-        .as_ref()
-        .map_or_else(|| json!({}), |u| json!(u));
-    let osb = osb.with_originating_identity(&OriginatingIdentity::new("kubernetes", user))?;
+    let osb = ctx.user_info.client(osb, spec.user_info.as_ref())?;
     Ok(Ok(Resolved {
         osb,
         class_display: format!("{class_kind}/{}", class.spec.external_name),

@@ -78,7 +78,7 @@ pub(super) async fn update(
         .update(&instance_id(instance), &request, true)
         .await;
     ctx.metrics.osb_call("update", &answer);
-    status.in_progress_properties = Some(properties(instance, resolved, parameters));
+    status.in_progress_properties = Some(properties(instance, ctx, resolved, parameters));
     match answer {
         Ok(response) if response.is_async() => {
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);

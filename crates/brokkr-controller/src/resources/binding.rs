@@ -43,6 +43,10 @@ use super::{
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.externalID) == has(oldSelf.externalID) && (!has(self.externalID) || self.externalID == oldSelf.externalID)", "message": "externalID is immutable"},
+    {"rule": "self.instanceRef == oldSelf.instanceRef", "message": "instanceRef is immutable"}
+]))]
 pub struct ServiceBindingSpec {
     /// The ServiceInstance to bind, in the binding's namespace.
     pub instance_ref: LocalObjectReference,
@@ -59,12 +63,14 @@ pub struct ServiceBindingSpec {
     /// Changes to the credentials before they are written, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_transforms: Vec<SecretTransform>,
-    /// The OSB binding id (default: a new UUID, set by the controller).
+    /// The OSB binding id (default: the resource's uid). Immutable; letters, digits and `-._~`,
+    /// not starting with a dot.
     #[serde(
         default,
         rename = "externalID",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(extend("pattern" = super::EXTERNAL_ID_PATTERN, "maxLength" = super::EXTERNAL_ID_MAX_LEN))]
     pub external_id: Option<String>,
     /// Who last changed the spec (set by an admission webhook, where one runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,6 +149,17 @@ pub struct ServiceBindingStatus {
     /// The reason of the last condition that changed, for `kubectl get`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_condition_state: String,
+    /// The OSB binding id the broker was first called with; the controller never calls the
+    /// broker with another.
+    #[serde(
+        default,
+        rename = "externalID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub external_id: Option<String>,
+    /// The ServiceInstance the binding was first bound to, and its OSB instance id then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<BoundInstance>,
     /// Whether an asynchronous operation is being polled.
     #[serde(default)]
     pub async_op_in_progress: bool,
@@ -176,6 +193,16 @@ pub struct ServiceBindingStatus {
     /// The Secret with the credentials (servicebinding.io Provisioned Service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding: Option<LocalObjectReference>,
+}
+
+/// The instance a binding was bound to, as recorded at the first bind call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BoundInstance {
+    /// The ServiceInstance's name, in the binding's namespace.
+    pub name: String,
+    /// Its OSB instance id.
+    #[serde(rename = "externalID")]
+    pub external_id: String,
 }
 
 /// The parameters of one bind. Values from Secrets are never kept.

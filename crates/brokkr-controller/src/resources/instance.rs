@@ -43,6 +43,15 @@ use super::{Condition, LocalObjectReference, ParametersFromSource, UserInfo, fre
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.externalID) == has(oldSelf.externalID) && (!has(self.externalID) || self.externalID == oldSelf.externalID)", "message": "externalID is immutable"},
+    {"rule": "has(self.clusterServiceClassExternalName) == has(oldSelf.clusterServiceClassExternalName) && (!has(self.clusterServiceClassExternalName) || self.clusterServiceClassExternalName == oldSelf.clusterServiceClassExternalName)", "message": "clusterServiceClassExternalName is immutable"},
+    {"rule": "has(self.clusterServiceClassExternalID) == has(oldSelf.clusterServiceClassExternalID) && (!has(self.clusterServiceClassExternalID) || self.clusterServiceClassExternalID == oldSelf.clusterServiceClassExternalID)", "message": "clusterServiceClassExternalID is immutable"},
+    {"rule": "has(self.clusterServiceClassName) == has(oldSelf.clusterServiceClassName) && (!has(self.clusterServiceClassName) || self.clusterServiceClassName == oldSelf.clusterServiceClassName)", "message": "clusterServiceClassName is immutable"},
+    {"rule": "has(self.serviceClassExternalName) == has(oldSelf.serviceClassExternalName) && (!has(self.serviceClassExternalName) || self.serviceClassExternalName == oldSelf.serviceClassExternalName)", "message": "serviceClassExternalName is immutable"},
+    {"rule": "has(self.serviceClassExternalID) == has(oldSelf.serviceClassExternalID) && (!has(self.serviceClassExternalID) || self.serviceClassExternalID == oldSelf.serviceClassExternalID)", "message": "serviceClassExternalID is immutable"},
+    {"rule": "has(self.serviceClassName) == has(oldSelf.serviceClassName) && (!has(self.serviceClassName) || self.serviceClassName == oldSelf.serviceClassName)", "message": "serviceClassName is immutable"}
+]))]
 pub struct ServiceInstanceSpec {
     /// The ClusterServiceClass by its catalog name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,12 +124,14 @@ pub struct ServiceInstanceSpec {
     /// More parameters, from Secrets; a change to one of them updates the instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parameters_from: Vec<ParametersFromSource>,
-    /// The OSB instance id (default: a new UUID, set by the controller).
+    /// The OSB instance id (default: the resource's uid). Immutable; letters, digits and
+    /// `-._~`, not starting with a dot.
     #[serde(
         default,
         rename = "externalID",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(extend("pattern" = super::EXTERNAL_ID_PATTERN, "maxLength" = super::EXTERNAL_ID_MAX_LEN))]
     pub external_id: Option<String>,
     /// Raising this number sends an update with the same spec.
     #[serde(default)]
@@ -137,6 +148,22 @@ pub struct ServiceInstanceStatus {
     /// `Ready` and `Failed`, with reasons.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// The OSB instance id the broker was first called with; the controller never calls the
+    /// broker with another.
+    #[serde(
+        default,
+        rename = "externalID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub external_id: Option<String>,
+    /// The OSB service id of the class the instance was provisioned from; the class cannot
+    /// change after that.
+    #[serde(
+        default,
+        rename = "serviceClassExternalID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub service_class_external_id: Option<String>,
     /// The class as the user named it, e.g. `ClusterServiceClass/postgresql`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_specified_class_name: Option<String>,

@@ -28,9 +28,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use binding::{
-    AddKeyTransform, AddKeysFromTransform, RemoveKeyTransform, RenameKeyTransform, SecretTransform,
-    ServiceBinding, ServiceBindingOperation, ServiceBindingPropertiesState, ServiceBindingSpec,
-    ServiceBindingStatus, UnbindStatus,
+    AddKeyTransform, AddKeysFromTransform, BoundInstance, RemoveKeyTransform, RenameKeyTransform,
+    SecretTransform, ServiceBinding, ServiceBindingOperation, ServiceBindingPropertiesState,
+    ServiceBindingSpec, ServiceBindingStatus, UnbindStatus,
 };
 pub use broker::{
     BasicAuthConfig, BearerTokenAuthConfig, BrokerAuthInfo, ClusterServiceBroker,
@@ -56,6 +56,24 @@ pub use usage::{
 pub const GROUP: &str = "services.brokkr.dev";
 /// The API version of every brokkr service resource.
 pub const VERSION: &str = "v1alpha1";
+
+/// What an OSB instance or binding id given in `spec.externalID` may be: RFC 3986 unreserved
+/// characters, so that it is one path segment of the OSB API as written, and not `.` or `..`
+/// (nor anything else starting with a dot).
+pub const EXTERNAL_ID_PATTERN: &str = "^[A-Za-z0-9_~-][A-Za-z0-9._~-]*$";
+/// The longest `spec.externalID`.
+pub const EXTERNAL_ID_MAX_LEN: usize = 255;
+
+/// Whether `id` may be an OSB instance or binding id given in `spec.externalID`
+/// ([`EXTERNAL_ID_PATTERN`], at most [`EXTERNAL_ID_MAX_LEN`] bytes). The API server checks it
+/// too; this holds where an older CRD without the pattern is installed.
+pub fn valid_external_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    let unreserved = |c: char| c.is_ascii_alphanumeric() || "-._~".contains(c);
+    id.len() <= EXTERNAL_ID_MAX_LEN
+        && chars.next().is_some_and(|c| c != '.' && unreserved(c))
+        && chars.all(unreserved)
+}
 
 /// Every CustomResourceDefinition brokkr's controllers serve, in the order to apply them.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -116,12 +116,15 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .flatten()
         .and_then(|ns| ns.metadata.uid);
     let ctx = brokkr_controller::Context {
-        client: client.clone(),
         metrics,
         cluster_id,
         wait_timeout: args.wait_timeout,
+        ..brokkr_controller::Context::new(client.clone())
     };
-    let controllers = brokkr_controller::run(ctx, shutdown.clone());
+    // Whose identity is forwarded to brokers: only one the API server checked.
+    let guard = tokio::spawn(ctx.user_info.clone().watch(client.clone()));
+    let controllers =
+        brokkr_controller::run(ctx, shutdown.clone()).inspect(move |()| guard.abort());
     if args.no_leader_election {
         controllers.await;
     } else {

@@ -43,6 +43,16 @@ pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>
 
 /// `brokkr serve` with more arguments and environment variables.
 pub fn serve_with(dir: &Path, args: &[&str], env: &[(&str, String)]) -> (Process, String) {
+    serve_logged(dir, args, env, Stdio::null())
+}
+
+/// `brokkr serve` as [`serve_with`], its log (`RUST_LOG` as the caller sets it) written to `log`.
+pub fn serve_logged(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+    log: impl Into<Stdio>,
+) -> (Process, String) {
     let port = free_port();
     let child = Command::new(BIN)
         .args(["serve", "--insecure-plaintext-secrets"])
@@ -55,8 +65,9 @@ pub fn serve_with(dir: &Path, args: &[&str], env: &[(&str, String)]) -> (Process
         .env("BROKKR_BROKER_PASSWORD", "s3cret")
         .env_remove("BROKKR_CONFIG")
         .env_remove("BROKKR_STORE")
+        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("start brokkr serve");
     (Process(child), format!("http://127.0.0.1:{port}"))
@@ -96,31 +107,38 @@ pub async fn log_in(secret: &Value) -> Result<(), sqlx::Error> {
 
 /// `brokkr serve` on brokkr's shared-server catalog, its admin URLs those of the test servers.
 pub fn serve_shared(dir: &Path) -> (Process, String) {
+    serve_shared_logged(dir, &[], Stdio::null())
+}
+
+/// [`serve_shared`] with more environment variables, its log written to `log`.
+pub fn serve_shared_logged(
+    dir: &Path,
+    env: &[(&str, String)],
+    log: impl Into<Stdio>,
+) -> (Process, String) {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../catalogs/shared/shared.yaml");
-    serve_with(
-        dir,
-        &["--config", config.to_str().unwrap()],
-        &[
-            (
-                "BROKKR_SHARED_PG_URL",
-                env_or(
-                    "BROKKR_TEST_POSTGRES_URL",
-                    "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test",
-                ),
+    let mut env = env.to_vec();
+    env.extend([
+        (
+            "BROKKR_SHARED_PG_URL",
+            env_or(
+                "BROKKR_TEST_POSTGRES_URL",
+                "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test",
             ),
-            (
-                "BROKKR_SHARED_MYSQL_URL",
-                env_or(
-                    "BROKKR_TEST_MYSQL_URL",
-                    "mysql://brokkr:brokkr@127.0.0.1:3306/mysql",
-                ),
+        ),
+        (
+            "BROKKR_SHARED_MYSQL_URL",
+            env_or(
+                "BROKKR_TEST_MYSQL_URL",
+                "mysql://brokkr:brokkr@127.0.0.1:3306/mysql",
             ),
-            (
-                "BROKKR_SHARED_REDIS_URL",
-                env_or("BROKKR_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
-            ),
-        ],
-    )
+        ),
+        (
+            "BROKKR_SHARED_REDIS_URL",
+            env_or("BROKKR_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
+        ),
+    ]);
+    serve_logged(dir, &["--config", config.to_str().unwrap()], &env, log)
 }
 
 /// `brokkr controller` without leader election against the cluster of `kubeconfig`, its log

@@ -1,0 +1,383 @@
+//! One tenant against another, the broker and the cluster, on a real API server (`#[ignore]`d;
+//! `BROKKR_E2E_KUBECONFIG=… cargo test -p brokkr --test tenancy_e2e -- --ignored`). Every
+//! tenant acts as a namespace editor does — kubectl impersonating a user bound to the built-in
+//! `edit` role, which deploy/base/tenant-rbac.yaml extends — never as cluster admin. The
+//! platform side (the ClusterServiceBroker on the shared-server catalog, the real PostgreSQL)
+//! is set up as its admin would.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cluster::*;
+use support::*;
+
+const SI: &str = "serviceinstances.services.brokkr.dev";
+const SB: &str = "servicebindings.services.brokkr.dev";
+
+fn instance(ns: &str, name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  clusterServiceClassExternalName: postgresql
+  clusterServicePlanExternalName: small
+{extra}"
+    )
+}
+
+fn binding(ns: &str, name: &str, instance: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBinding
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  instanceRef: {{name: {instance}}}
+{extra}"
+    )
+}
+
+/// The OSB id the controller recorded for an instance.
+fn recorded_id(ns: &str, name: &str) -> String {
+    get(ns, SI, name).unwrap()["status"]["externalID"]
+        .as_str()
+        .expect("status.externalID recorded")
+        .to_owned()
+}
+
+/// A tenant edits its instance's `spec.externalID` to the id of another tenant's instance, and
+/// creates one with that id: the API server refuses the edit (CEL, 1.25+) or the controller
+/// ignores it; either way the tenant never gets credentials to the other database, and deleting
+/// its instance deprovisions only its own. Ids the OSB path cannot carry are refused.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_tenant_cannot_take_over_another_tenants_instance_by_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, broker_url) = serve_shared(dir.path());
+    let scope = Scope::cluster(&broker_url).await;
+    let victim_ns = Namespace::new();
+    let (victim_ns, attacker_ns) = (victim_ns.as_str(), scope.namespace.as_str());
+    let victim = Tenant::edit(victim_ns).await;
+    let attacker = Tenant::edit(attacker_ns).await;
+
+    victim.apply(&instance(victim_ns, "orders", ""));
+    victim.apply(&binding(victim_ns, "orders-app", "orders", ""));
+    condition(victim_ns, SB, "orders-app", "Ready", "InjectedBindResult").await;
+    let victim_secret = get(victim_ns, "secret", "orders-app").unwrap();
+    let victim_id = recorded_id(victim_ns, "orders");
+
+    attacker.apply(&instance(attacker_ns, "mine", ""));
+    condition(attacker_ns, SI, "mine", "Ready", "ProvisionedSuccessfully").await;
+    let own_id = recorded_id(attacker_ns, "mine");
+    let patch = format!(r#"{{"spec": {{"externalID": "{victim_id}"}}}}"#);
+    match attacker.try_kubectl(&["patch", SI, "mine", "--type=merge", "-p", &patch], None) {
+        Err(refused) => assert!(refused.contains("immutable"), "{refused}"),
+        Ok(_) => {
+            // No CEL rules on this API server: the controller keeps the recorded id.
+            condition(attacker_ns, SI, "mine", "Ready", "ExternalIDChanged").await;
+            assert_eq!(recorded_id(attacker_ns, "mine"), own_id);
+        }
+    }
+    attacker.apply(&binding(attacker_ns, "steal", "mine", ""));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    if let Some(stolen) = get(attacker_ns, "secret", "steal") {
+        assert_ne!(
+            entry(&stolen, "database"),
+            entry(&victim_secret, "database"),
+            "the attacker's binding is to its own database"
+        );
+    }
+    attacker
+        .try_kubectl(&["delete", SB, "steal"], None)
+        .unwrap();
+    attacker.try_kubectl(&["delete", SI, "mine"], None).unwrap();
+    eventually("the attacker's instance to go", async || {
+        get(attacker_ns, SI, "mine").is_none().then_some(())
+    })
+    .await;
+
+    // An instance created with the victim's id is refused before any broker call.
+    attacker.apply(&instance(
+        attacker_ns,
+        "clone",
+        &format!("  externalID: {victim_id}\n"),
+    ));
+    condition(attacker_ns, SI, "clone", "Failed", "ExternalIDInUse").await;
+    attacker
+        .try_kubectl(&["delete", SI, "clone"], None)
+        .unwrap();
+
+    // Ids that are not one OSB path segment never reach the controller.
+    for bad in ["..", "a/b", "\"\""] {
+        let refused = attacker
+            .try_apply(&instance(
+                attacker_ns,
+                "odd",
+                &format!("  externalID: {bad}\n"),
+            ))
+            .expect_err(bad);
+        assert!(refused.contains("externalID"), "{refused}");
+    }
+
+    log_in(&victim_secret)
+        .await
+        .expect("the victim's credentials still log in");
+    condition(victim_ns, SI, "orders", "Ready", "ProvisionedSuccessfully").await;
+    assert_eq!(recorded_id(victim_ns, "orders"), victim_id);
+    victim
+        .try_kubectl(&["delete", SB, "orders-app"], None)
+        .unwrap();
+    victim.try_kubectl(&["delete", SI, "orders"], None).unwrap();
+}
+
+/// What the tenant roles allow: brokkr's namespaced kinds in the tenant's namespace, reading
+/// the cluster's catalog; not status, not the cluster-scoped kinds, not another namespace.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_namespace_editor_uses_brokkr_in_its_namespace_and_nowhere_else() {
+    let (ns, other) = (Namespace::new(), Namespace::new());
+    let tenant = Tenant::edit(ns.as_str()).await;
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend(args);
+        tenant.try_kubectl(&all, None).unwrap_or_default().trim() == "yes"
+    };
+    for kind in [
+        SI,
+        SB,
+        "servicebindingusages.services.brokkr.dev",
+        "servicebrokers.services.brokkr.dev",
+        "servicebindings.servicebinding.io",
+    ] {
+        assert!(can(&["create", kind]), "create {kind}");
+        assert!(can(&["delete", kind]), "delete {kind}");
+        assert!(!can(&["patch", &format!("{kind}/status")]), "{kind}/status");
+        assert!(
+            !can(&["create", kind, "-n", other.as_str()]),
+            "{kind} in another namespace"
+        );
+    }
+    for kind in [
+        "serviceclasses.services.brokkr.dev",
+        "serviceplans.services.brokkr.dev",
+        "clusterserviceclasses.services.brokkr.dev",
+    ] {
+        assert!(can(&["list", kind]), "list {kind}");
+        assert!(!can(&["create", kind]), "create {kind}");
+    }
+    for kind in [
+        "clusterservicebrokers.services.brokkr.dev",
+        "usagekinds.services.brokkr.dev",
+        "clusterworkloadresourcemappings.servicebinding.io",
+    ] {
+        assert!(!can(&["create", kind]), "create {kind}");
+    }
+}
+
+/// A tenant writes someone else's identity into `spec.userInfo`: where the API server serves
+/// ValidatingAdmissionPolicies, deploy/base's policy refuses it; elsewhere the controller
+/// forwards no originating identity at all. The broker's log shows what it was sent.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_tenant_cannot_speak_to_a_broker_as_someone_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let (_broker, broker_url) = serve_shared_logged(
+        dir.path(),
+        &[("RUST_LOG", "info,brokkr_broker=debug".into())],
+        log.reopen().unwrap(),
+    );
+    // The broker's log carries the originating user of each request.
+    let header = brokkr_osb::headers::OriginatingIdentity::new(
+        "kubernetes",
+        serde_json::json!({"username": "log-probe"}),
+    )
+    .to_header();
+    reqwest::Client::new()
+        .get(format!("{broker_url}/v2/catalog"))
+        .basic_auth("platform", Some("s3cret"))
+        .header("X-Broker-API-Version", "2.17")
+        .header("X-Broker-API-Originating-Identity", header)
+        .send()
+        .await
+        .unwrap();
+    eventually("the broker to log the originating user", async || {
+        std::fs::read_to_string(log.path())
+            .unwrap()
+            .contains("log-probe")
+            .then_some(())
+    })
+    .await;
+
+    let scope = Scope::cluster(&broker_url).await;
+    let ns = scope.namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    let forged = "  userInfo: {username: system:admin, groups: [system:masters]}\n";
+    let policies_served = kubectl(&["api-resources", "-o", "name"], "")
+        .lines()
+        .any(|l| l == "validatingadmissionpolicies.admissionregistration.k8s.io");
+    if policies_served {
+        let policy = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/base/user-info-policy.yaml"),
+        )
+        .unwrap();
+        kubectl(&["apply", "-f", "-"], &policy);
+        let refused = eventually("the policy to refuse a forged userInfo", async || {
+            let attempt = tenant.try_apply(&instance(ns, "forged", forged));
+            if attempt.is_ok() {
+                let _ = kubectl(&["-n", ns, "delete", SI, "forged", "--wait=false"], "");
+            }
+            attempt.err()
+        })
+        .await;
+        assert!(refused.contains("userInfo"), "{refused}");
+        let own = format!("  userInfo: {{username: {}}}\n", tenant.user);
+        tenant.apply(&instance(ns, "own", &own));
+        condition(ns, SI, "own", "Ready", "ProvisionedSuccessfully").await;
+        tenant.try_kubectl(&["delete", SI, "own"], None).unwrap();
+    } else {
+        tenant.apply(&instance(ns, "forged", forged));
+        condition(ns, SI, "forged", "Ready", "ProvisionedSuccessfully").await;
+        tenant.try_kubectl(&["delete", SI, "forged"], None).unwrap();
+        eventually("the instance to go", async || {
+            get(ns, SI, "forged").is_none().then_some(())
+        })
+        .await;
+    }
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(
+        !logged.contains("system:masters") && !logged.contains("system:admin"),
+        "a forged identity reached the broker"
+    );
+}
+
+/// Bind requests the broker logged for the binding id `id`.
+fn binds(log: &std::path::Path, id: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("method=PUT") && l.contains(&format!("service_bindings/{id}")))
+        .filter(|l| l.contains("answered"))
+        .count()
+}
+
+/// A binding whose Secret can never be written makes no loop of bind and unbind calls: a
+/// missing `addKeysFrom` Secret waits without calling the broker, and a JSONPath that matches
+/// nothing in the credentials is retried with a backoff.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_binding_that_cannot_be_written_does_not_hammer_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let (_broker, broker_url) = serve_shared_logged(
+        dir.path(),
+        &[("RUST_LOG", "info,brokkr_broker=debug".into())],
+        log.reopen().unwrap(),
+    );
+    let scope = Scope::cluster(&broker_url).await;
+    let ns = scope.namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    tenant.apply(&instance(ns, "db", ""));
+    condition(ns, SI, "db", "Ready", "ProvisionedSuccessfully").await;
+
+    tenant.apply(&binding(
+        ns,
+        "missing-source",
+        "db",
+        "  secretTransforms: [{addKeysFrom: {secretRef: {namespace: x, name: not-there}}}]\n",
+    ));
+    let waiting = condition(
+        ns,
+        SB,
+        "missing-source",
+        "Ready",
+        "ErrorWithSecretTransforms",
+    )
+    .await;
+    assert!(waiting["message"].as_str().unwrap().contains("not-there"));
+
+    tenant.apply(&binding(
+        ns,
+        "no-match",
+        "db",
+        "  secretTransforms: [{addKey: {key: extra, jsonPathExpression: '{.nothing.here}'}}]\n",
+    ));
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let elapsed = start.elapsed();
+    let no_match = get(ns, SB, "no-match").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let missing = get(ns, SB, "missing-source").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(binds(log.path(), &missing), 0, "waited without a bind");
+    let tries = binds(log.path(), &no_match);
+    // 1 s doubling: binds at about 0, 1, 3, 7 and 15 s.
+    assert!(
+        (1..=6).contains(&tries),
+        "{tries} binds in {elapsed:?}: the retries back off"
+    );
+    assert!(get(ns, "secret", "no-match").is_none());
+    tenant.try_kubectl(&["delete", SB, "--all"], None).unwrap();
+}
+
+/// Names up to what Kubernetes allows work: a ServiceBinding of 70 characters gets its Secret
+/// (its label value shortened), a ServiceBroker of 70 characters its catalog.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn names_longer_than_a_label_value_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, broker_url) = serve_shared(dir.path());
+    let scope = Scope::cluster(&broker_url).await;
+    let ns = scope.namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    let long = format!("app-{}", "x".repeat(66));
+    assert_eq!(long.len(), 70);
+    tenant.apply(&instance(ns, "db", ""));
+    tenant.apply(&binding(ns, &long, "db", ""));
+    condition(ns, SB, &long, "Ready", "InjectedBindResult").await;
+    let secret = get(ns, "secret", &long).expect("the Secret of the long-named binding");
+    let label = secret["metadata"]["labels"]["services.brokkr.dev/service-binding"]
+        .as_str()
+        .unwrap();
+    assert!(label.len() <= 63 && label.starts_with("app-x"), "{label}");
+    log_in(&secret).await.expect("its credentials log in");
+
+    kubectl(
+        &[
+            "-n",
+            ns,
+            "create",
+            "secret",
+            "generic",
+            "tenant-broker-auth",
+            "--from-literal=username=platform",
+            "--from-literal=password=s3cret",
+        ],
+        "",
+    );
+    let broker = format!("broker-{}", "y".repeat(63));
+    tenant.apply(&format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBroker
+metadata: {{name: {broker}, namespace: {ns}}}
+spec:
+  url: {broker_url}
+  authInfo: {{basic: {{secretRef: {{name: tenant-broker-auth}}}}}}
+"
+    ));
+    condition(ns, "servicebroker", &broker, "Ready", "FetchedCatalog").await;
+    let classes = kubectl(&["-n", ns, "get", "serviceclasses", "-o", "json"], "");
+    let classes: Value = serde_json::from_str(&classes).unwrap();
+    assert!(
+        !classes["items"].as_array().unwrap().is_empty(),
+        "the long-named broker's classes"
+    );
+    tenant.try_kubectl(&["delete", SB, &long], None).unwrap();
+}
