@@ -440,7 +440,11 @@ impl Supervisor {
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot run {}: {e}", engine.programs()[0]))?;
             if !output.status.success() {
-                let text = [output.stdout, output.stderr].concat();
+                // Its errors, or, when it wrote none, what it printed.
+                let text = match output.stderr.iter().all(u8::is_ascii_whitespace) {
+                    true => output.stdout,
+                    false => output.stderr,
+                };
                 let last = tail(&String::from_utf8_lossy(&text), &saved.password);
                 return Err(format!(
                     "{} failed ({}): {last}",
@@ -687,4 +691,38 @@ fn write_private(path: &Path, text: &str, account: Option<Account>) -> Result<()
         account.own(&tmp).map_err(fail)?;
     }
     std::fs::rename(&tmp, path).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_carries_the_last_lines_on_one_line_without_the_password() {
+        let text = "one\n\n two \nthree\nfour\nfive\nsix has pw-123 in it\n";
+        assert_eq!(
+            tail(text, "pw-123"),
+            "two | three | four | five | six has ******** in it"
+        );
+        let long = "x".repeat(3 * LAST_CHARS);
+        let cut = tail(&long, "pw");
+        assert_eq!(cut.chars().count(), LAST_CHARS + 1);
+        assert!(cut.starts_with('…'));
+    }
+
+    #[test]
+    fn only_what_a_server_wrote_since_its_start_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        std::fs::write(&log, "an old run's error\n").unwrap();
+        let from = std::fs::metadata(&log).unwrap().len();
+        let mut text = std::fs::read_to_string(&log).unwrap();
+        text.push_str("FATAL: this run's error\n");
+        std::fs::write(&log, text).unwrap();
+        let missing = dir.path().join("error.log");
+        assert_eq!(
+            last_lines(&[(log, from), (missing, 0)], "secret"),
+            "FATAL: this run's error"
+        );
+    }
 }
