@@ -494,3 +494,77 @@ async fn a_server_that_cannot_start_fails_the_provision_with_its_own_words_and_t
         assert!(!log.contains(password) && !stdout.contains(password));
     }
 }
+
+#[tokio::test]
+async fn a_running_server_that_cannot_start_again_is_reported_until_brokkr_restarts() {
+    let dir = test_dir();
+    let servers = Servers(dir.path().join("brokkr.db.d"));
+    let mut broker = Broker::start(dir.path(), None).await;
+    let body = json!({"service_id": REDIS.0, "plan_id": REDIS.1, "organization_guid": "o", "space_guid": "s"});
+    let path = "/v2/service_instances/down?accepts_incomplete=true";
+    let (status, body) = broker.call(reqwest::Method::PUT, path, Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let poll = "/v2/service_instances/down/last_operation";
+    assert_eq!(broker.wait_done(poll).await["state"], "succeeded");
+
+    // Killed, and its port taken before it is started again.
+    let state = servers.states().pop().unwrap();
+    let (pid, port) = (
+        state["pid"].as_u64().unwrap(),
+        state["port"].as_u64().unwrap(),
+    );
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let squatter = loop {
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", u16::try_from(port).unwrap())) {
+            break listener;
+        }
+        assert!(Instant::now() < until, "the port was not freed");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (_, body) = broker.call(reqwest::Method::GET, poll, None).await;
+        if body["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("not usable since"))
+        {
+            break body;
+        }
+        assert!(Instant::now() < until, "not reported: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(body["state"], "succeeded", "{body}");
+    assert_eq!(body["instance_usable"], false, "{body}");
+    let description = body["description"].as_str().unwrap();
+    assert!(description.contains("Address already in use"), "{body}");
+    assert!(!description.contains(state["password"].as_str().unwrap()));
+    let out = Command::new(BIN)
+        .args(["osb", "instance", "down"])
+        .env("BROKKR_OSB_URL", &broker.base)
+        .env("BROKKR_OSB_USERNAME", USER)
+        .env("BROKKR_OSB_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("is not usable now"), "{stderr}");
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+
+    // The port free again, a restarted brokkr starts the server again.
+    drop(squatter);
+    broker.terminate();
+    let broker = Broker::start(dir.path(), None).await;
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = broker.call(reqwest::Method::GET, poll, None).await;
+        if body["instance_usable"] == true && body["description"] == "provisioned" {
+            break;
+        }
+        assert!(Instant::now() < until, "not usable again: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -41,7 +41,7 @@ pub mod engines;
 mod supervisor;
 
 pub use engines::{Engine, Limits};
-use supervisor::{Account, MAX_FAILED_STARTS, Saved, Supervisor};
+use supervisor::{Account, MAX_FAILED_STARTS, Saved, Starts, Supervisor};
 
 /// Longest server name (a directory name).
 const MAX_NAME: usize = 63;
@@ -151,6 +151,19 @@ impl Local {
             .collect();
         (!servers.is_empty()).then(|| servers.iter().all(|u| *u))
     }
+
+    /// Why servers of `instance_id` stay down: those the supervisor gave up on, each with its
+    /// last output lines; `None` when there is none.
+    pub fn instance_problem(&self, instance_id: &str) -> Option<String> {
+        let problems: Vec<String> = (self.supervisor.all().iter())
+            .filter(|s| s.saved().instance_id == instance_id)
+            .filter_map(|s| {
+                let starts = s.starts();
+                starts.given_up.then(|| given_up(&s.name, &starts))
+            })
+            .collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
 }
 
 /// Creates `root` and returns its canonical path (absolute, without `..` or symbolic links);
@@ -175,6 +188,16 @@ fn prepare_root(root: &std::path::Path, other_account: bool) -> Result<PathBuf, 
         )),
         None => Ok(canonical),
     }
+}
+
+/// What a server the supervisor gave up on reports: how many starts ended, and its last words.
+fn given_up(name: &str, starts: &Starts) -> String {
+    format!(
+        "server {name} did not start: {} starts in a row ended before it answered; its last \
+         output: {}",
+        starts.failed,
+        starts.last_error.as_deref().unwrap_or("")
+    )
 }
 
 /// A free TCP port on 127.0.0.1 right now.
@@ -270,11 +293,7 @@ impl Target for Local {
         let starts = server.starts();
         let last = starts.last_error.as_deref().unwrap_or("");
         if starts.given_up {
-            return Err(self.invalid(&format!(
-                "server {name} did not start: {} starts in a row ended before it answered; \
-                 its last output: {last}",
-                starts.failed
-            )));
+            return Err(self.invalid(&given_up(&name, &starts)));
         }
         Ok(match server.probe().await {
             Ok(()) => Readiness::Ready,
@@ -318,6 +337,10 @@ impl Target for Local {
 
     fn instance_usable(&self, instance_id: &str) -> Option<bool> {
         Local::instance_usable(self, instance_id)
+    }
+
+    fn instance_problem(&self, instance_id: &str) -> Option<String> {
+        Local::instance_problem(self, instance_id)
     }
 
     fn cannot_make(&self, template: &Value) -> Option<String> {

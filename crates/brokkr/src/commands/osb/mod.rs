@@ -473,7 +473,20 @@ async fn instance(broker: &Broker, instance_id: &str, out: Format) -> Result<()>
             body.dashboard_url.clone().unwrap_or_default(),
         ]);
         table
-    })
+    })?;
+    // A broker that says the instance is not usable (brokkr: a server it runs is down) tells
+    // why in its last operation's description.
+    if body.instance_usable == Some(false) {
+        let poll = Poll::instance(instance_id);
+        let why = (broker.client.last_operation(&poll).await.ok())
+            .and_then(|answer| answer.body.description)
+            .map(|description| format!(" (last operation: {description})"));
+        eprintln!(
+            "instance {instance_id:?} is not usable now{}",
+            why.unwrap_or_default()
+        );
+    }
+    Ok(())
 }
 
 /// An instance the broker does not show: OSB answers its fetch with 404 while its provision
