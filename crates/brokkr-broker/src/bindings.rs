@@ -321,7 +321,7 @@ async fn last_operation(
         .store()
         .get_status(&Key::binding(&instance_id, &binding_id))
         .await?;
-    poll_response(r, query.get("operation"), None, || {
+    poll_response(r, query.get("operation"), None, None, || {
         format!("binding {binding_id} does not exist")
     })
 }

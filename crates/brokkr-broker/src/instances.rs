@@ -545,8 +545,12 @@ async fn last_operation(
         .store()
         .get_status(&Key::instance(&instance_id))
         .await?;
-    let usable = broker.engine.targets().instance_usable(&instance_id);
-    poll_response(r, query.get("operation"), usable, || {
+    let targets = broker.engine.targets();
+    let usable = targets.instance_usable(&instance_id);
+    let problem = (usable == Some(false))
+        .then(|| targets.instance_problem(&instance_id))
+        .flatten();
+    poll_response(r, query.get("operation"), usable, problem, || {
         format!("instance {instance_id} does not exist")
     })
 }

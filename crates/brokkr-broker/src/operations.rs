@@ -186,11 +186,14 @@ pub(crate) fn operation_failed(done: Resource) -> ApiError {
 
 /// The `last_operation` answer for a resource: the operation the platform names if it is the one
 /// just replaced, else the current one (an unknown `operation` id is not an error). `usable`,
-/// when a target knows (a server brokkr runs is down), is the answer's `instance_usable`.
+/// when a target knows (a server brokkr runs is down), is the answer's `instance_usable`;
+/// `problem`, why it stays down when a target gave up on it, ends a succeeded operation's
+/// description.
 pub(crate) fn poll_response(
     r: Option<Resource>,
     operation: Option<&str>,
     usable: Option<bool>,
+    problem: Option<String>,
     missing: impl FnOnce() -> String,
 ) -> ApiResult {
     let r = r.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, missing()))?;
@@ -212,13 +215,15 @@ pub(crate) fn poll_response(
     let op = &r.op;
     let failed_mutation = op.state == OperationState::Failed
         && matches!(op.kind, OpKind::Update | OpKind::Deprovision);
+    let mut description =
+        (op.description.clone()).unwrap_or_else(|| format!("{} in progress", op.kind.as_str()));
+    // A succeeded operation's resources that went down for good since: the description says why.
+    if let Some(problem) = problem.filter(|_| op.state == OperationState::Succeeded) {
+        description = format!("{description}; not usable since: {problem}");
+    }
     let body = LastOperation {
         state: op.state,
-        description: Some(
-            op.description
-                .clone()
-                .unwrap_or_else(|| format!("{} in progress", op.kind.as_str())),
-        ),
+        description: Some(description),
         instance_usable: usable.or_else(|| {
             (failed_mutation && r.key.binding_id.is_none()).then_some(r.status == Status::Ready)
         }),

@@ -155,6 +155,12 @@ pub trait Target: Send + Sync {
         let _ = instance_id;
         None
     }
+    /// Why the instance's resources here stay unusable, when the target gave up on bringing
+    /// them back (a server that brokkr runs and that does not start); `None` otherwise.
+    fn instance_problem(&self, instance_id: &str) -> Option<String> {
+        let _ = instance_id;
+        None
+    }
     /// Why this target cannot make what `template` (a step's template as written, before it is
     /// rendered) describes on this machine, known without trying (a program that is not
     /// installed); `None` when nothing is known against it. Provision refuses such a plan.
@@ -252,6 +258,15 @@ impl Targets {
             .values()
             .filter_map(|t| t.instance_usable(instance_id))
             .reduce(|a, b| a && b)
+    }
+
+    /// Why the instance's resources stay unusable, as the targets that gave up on them say;
+    /// `None` when none did.
+    pub fn instance_problem(&self, instance_id: &str) -> Option<String> {
+        let problems: Vec<String> = (self.targets.values())
+            .filter_map(|t| t.instance_problem(instance_id))
+            .collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
     }
 
     /// Why `step_target` cannot make one of `templates` here (see [`Target::cannot_make`]).

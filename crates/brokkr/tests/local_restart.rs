@@ -4,7 +4,8 @@
 //! data — and a graceful stop stops them all, unless the target says `keep_running: true`, when
 //! they outlive it and are adopted by the next broker. A plan whose server program is not
 //! installed is refused with 400 naming the Debian package, and `brokkr check` says what it
-//! found.
+//! found. A server that cannot start fails its provision after its bounded number of starts,
+//! with its own last lines in the description, a WARN log line and `brokkr osb instance`.
 //!
 //! Every server started here is killed when the test ends, even when it fails.
 
@@ -157,15 +158,21 @@ impl Drop for Broker {
 struct Servers(PathBuf);
 
 impl Servers {
-    /// Instance id → server pid.
-    fn pids(&self) -> Vec<(String, u32)> {
+    /// Each server's `state.json`.
+    fn states(&self) -> Vec<Value> {
         let Ok(entries) = std::fs::read_dir(&self.0) else {
             return Vec::new();
         };
-        let mut pids: Vec<(String, u32)> = entries
+        entries
             .flatten()
             .filter_map(|e| std::fs::read_to_string(e.path().join("state.json")).ok())
             .filter_map(|s| serde_json::from_str::<Value>(&s).ok())
+            .collect()
+    }
+
+    /// Instance id → server pid.
+    fn pids(&self) -> Vec<(String, u32)> {
+        let mut pids: Vec<(String, u32)> = (self.states().into_iter())
             .filter_map(|v| {
                 let pid = u32::try_from(v["pid"].as_u64()?).ok()?;
                 Some((v["instance_id"].as_str()?.to_owned(), pid))
@@ -408,4 +415,156 @@ async fn with_keep_running_servers_outlive_a_graceful_stop_and_are_adopted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(servers.pids(), before, "the running server was not adopted");
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_fails_the_provision_with_its_own_words_and_the_cli_tells() {
+    let dir = test_dir();
+    let servers = Servers(dir.path().join("brokkr.db.d"));
+    // PostgreSQL refuses max_connections above 262143, and exits at once.
+    let local = include_str!("../../../catalogs/local/local.yaml");
+    let limit = "\"{{ 100 if plan_id == '7a2d4c6e-1b3f-4a5c-8d7e-9f0a1b2c3d43' else 20 }}\"";
+    assert!(local.contains(limit));
+    let config = dir.path().join("local.yaml");
+    std::fs::write(&config, local.replace(limit, "1000000")).unwrap();
+    let broker = Broker::start_with(dir.path(), None, Some(&config)).await;
+    let osb = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("osb")
+            .args(args)
+            .env("BROKKR_OSB_URL", &broker.base)
+            .env("BROKKR_OSB_USERNAME", USER)
+            .env("BROKKR_OSB_PASSWORD", PASSWORD)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+
+    let started = Instant::now();
+    let (code, stdout, stderr) = osb(&[
+        "provision",
+        "my-db",
+        "--service",
+        "local-postgresql",
+        "--plan",
+        "small",
+        "--wait",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    for words in ["failed", "did not start: 5 starts", "max_connections"] {
+        assert!(stdout.contains(words), "{words}: {stdout}");
+    }
+    assert!(
+        took < Duration::from_secs(30),
+        "the provision failed after {took:?}"
+    );
+
+    // The instance does not exist for OSB (404), but the CLI says what happened to it.
+    let (code, stdout, stderr) = osb(&["instance", "my-db"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("LAST OPERATION"), "{stdout}");
+    assert!(stdout.contains("did not start"), "{stdout}");
+    assert!(stderr.contains("its last operation failed"), "{stderr}");
+    let (code, stdout, _) = osb(&["last-operation", "my-db"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("failed") && stdout.contains("max_connections"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = osb(&["instance", "never-provisioned"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("does not exist"), "{stderr}");
+
+    // The log says it at WARN, and no description or log line holds the server's password.
+    let log = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("brokkr-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .unwrap();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("giving up"))
+        .unwrap_or_else(|| panic!("no WARN line: {log}"));
+    assert!(warning.contains("max_connections"), "{warning}");
+    for state in servers.states() {
+        let password = state["password"].as_str().unwrap();
+        assert!(!log.contains(password) && !stdout.contains(password));
+    }
+}
+
+#[tokio::test]
+async fn a_running_server_that_cannot_start_again_is_reported_until_brokkr_restarts() {
+    let dir = test_dir();
+    let servers = Servers(dir.path().join("brokkr.db.d"));
+    let mut broker = Broker::start(dir.path(), None).await;
+    let body = json!({"service_id": REDIS.0, "plan_id": REDIS.1, "organization_guid": "o", "space_guid": "s"});
+    let path = "/v2/service_instances/down?accepts_incomplete=true";
+    let (status, body) = broker.call(reqwest::Method::PUT, path, Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let poll = "/v2/service_instances/down/last_operation";
+    assert_eq!(broker.wait_done(poll).await["state"], "succeeded");
+
+    // Killed, and its port taken before it is started again.
+    let state = servers.states().pop().unwrap();
+    let (pid, port) = (
+        state["pid"].as_u64().unwrap(),
+        state["port"].as_u64().unwrap(),
+    );
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let squatter = loop {
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", u16::try_from(port).unwrap())) {
+            break listener;
+        }
+        assert!(Instant::now() < until, "the port was not freed");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (_, body) = broker.call(reqwest::Method::GET, poll, None).await;
+        if body["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("not usable since"))
+        {
+            break body;
+        }
+        assert!(Instant::now() < until, "not reported: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(body["state"], "succeeded", "{body}");
+    assert_eq!(body["instance_usable"], false, "{body}");
+    let description = body["description"].as_str().unwrap();
+    assert!(description.contains("Address already in use"), "{body}");
+    assert!(!description.contains(state["password"].as_str().unwrap()));
+    let out = Command::new(BIN)
+        .args(["osb", "instance", "down"])
+        .env("BROKKR_OSB_URL", &broker.base)
+        .env("BROKKR_OSB_USERNAME", USER)
+        .env("BROKKR_OSB_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("is not usable now"), "{stderr}");
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+
+    // The port free again, a restarted brokkr starts the server again.
+    drop(squatter);
+    broker.terminate();
+    let broker = Broker::start(dir.path(), None).await;
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = broker.call(reqwest::Method::GET, poll, None).await;
+        if body["instance_usable"] == true && body["description"] == "provisioned" {
+            break;
+        }
+        assert!(Instant::now() < until, "not usable again: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -256,6 +256,16 @@ impl Engine {
         }
     }
 
+    /// The files a server in `dir` writes its messages to: its output (`server.log`), and
+    /// MariaDB's error log, where `mariadbd` writes once it has read its options.
+    pub(super) fn log_files(self, dir: &Path) -> Vec<PathBuf> {
+        let mut logs = vec![dir.join("server.log")];
+        if self == Self::Mariadb {
+            logs.push(dir.join("data").join("error.log"));
+        }
+        logs
+    }
+
     /// The admin URL of a server on `port`, for the shared-server targets (none for Memcached).
     pub fn admin_url(self, port: u16, password: &str) -> Option<String> {
         let password = url_escape(password);

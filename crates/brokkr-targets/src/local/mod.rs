@@ -21,6 +21,9 @@
 //! its bindings hand to the `postgres`, `mysql` and `redis` targets as their `server`, so
 //! databases, roles and ACL users are made by the same code as on shared servers.
 //!
+//! A server whose five starts in a row (`supervisor::MAX_FAILED_STARTS`) end before it answers
+//! fails its step's readiness with the server's own last output lines.
+//!
 //! Supervision (restarts, adoption after a broker restart, stopping) is `supervisor`'s; what
 //! differs between the four servers is `engines`'.
 
@@ -38,7 +41,7 @@ pub mod engines;
 mod supervisor;
 
 pub use engines::{Engine, Limits};
-use supervisor::{Account, Saved, Supervisor};
+use supervisor::{Account, MAX_FAILED_STARTS, Saved, Starts, Supervisor};
 
 /// Longest server name (a directory name).
 const MAX_NAME: usize = 63;
@@ -81,11 +84,20 @@ impl Local {
     /// found there. Needs a Tokio runtime: each server is watched by a task. When no server can
     /// run here (no unprivileged account, a `root` it cannot reach or create), the target is
     /// still built, so the broker serves its other plans, and refuses provisions with the reason.
+    ///
+    /// `root` may be relative (to brokkr's working directory), hold `..` or pass through
+    /// symbolic links: it is made canonical here, once, so that every path below it — the
+    /// servers' directories, the files written there, the command lines the servers run with —
+    /// is absolute and no server depends on the working directory it runs in.
     pub fn new(name: &str, config: &TargetConfig, root: PathBuf) -> Self {
         let account = Account::for_servers(config.run_as.as_deref());
-        let unusable = match &account {
-            Ok(account) => prepare_root(&root, account.is_some()).err(),
-            Err(reason) => Some(reason.clone()),
+        let prepared = match &account {
+            Ok(account) => prepare_root(&root, account.is_some()),
+            Err(reason) => Err(reason.clone()),
+        };
+        let (root, unusable) = match prepared {
+            Ok(canonical) => (canonical, None),
+            Err(reason) => (std::path::absolute(&root).unwrap_or(root), Some(reason)),
         };
         let account = account.unwrap_or_default();
         let supervisor = Arc::new(Supervisor::new(root, account));
@@ -139,19 +151,33 @@ impl Local {
             .collect();
         (!servers.is_empty()).then(|| servers.iter().all(|u| *u))
     }
+
+    /// Why servers of `instance_id` stay down: those the supervisor gave up on, each with its
+    /// last output lines; `None` when there is none.
+    pub fn instance_problem(&self, instance_id: &str) -> Option<String> {
+        let problems: Vec<String> = (self.supervisor.all().iter())
+            .filter(|s| s.saved().instance_id == instance_id)
+            .filter_map(|s| {
+                let starts = s.starts();
+                starts.given_up.then(|| given_up(&s.name, &starts))
+            })
+            .collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
 }
 
-/// Creates `root`; when servers run as another account (brokkr is root), checks that the
-/// account can pass through every directory above it.
-fn prepare_root(root: &std::path::Path, other_account: bool) -> Result<(), String> {
+/// Creates `root` and returns its canonical path (absolute, without `..` or symbolic links);
+/// when servers run as another account (brokkr is root), checks that the account can pass
+/// through every directory above it.
+fn prepare_root(root: &std::path::Path, other_account: bool) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    let canonical = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
     if !other_account {
-        return Ok(());
+        return Ok(canonical);
     }
-    let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
-    let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    match root
+    let _ = std::fs::set_permissions(&canonical, std::fs::Permissions::from_mode(0o711));
+    match canonical
         .ancestors()
         .find(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
     {
@@ -160,8 +186,18 @@ fn prepare_root(root: &std::path::Path, other_account: bool) -> Result<(), Strin
              through {}: set the target's `root` below directories others may enter",
             closed.display()
         )),
-        None => Ok(()),
+        None => Ok(canonical),
     }
+}
+
+/// What a server the supervisor gave up on reports: how many starts ended, and its last words.
+fn given_up(name: &str, starts: &Starts) -> String {
+    format!(
+        "server {name} did not start: {} starts in a row ended before it answered; its last \
+         output: {}",
+        starts.failed,
+        starts.last_error.as_deref().unwrap_or("")
+    )
 }
 
 /// A free TCP port on 127.0.0.1 right now.
@@ -211,6 +247,8 @@ impl Target for Local {
             if saved.limits != limits {
                 (self.supervisor.change_limits(&server, limits).await)
                     .map_err(|m| self.invalid(&m))?;
+            } else if server.starts().given_up {
+                self.supervisor.start_again(&server).await;
             }
             return Ok(());
         }
@@ -252,8 +290,18 @@ impl Target for Local {
         if server.usable() {
             return Ok(Readiness::Ready);
         }
+        let starts = server.starts();
+        let last = starts.last_error.as_deref().unwrap_or("");
+        if starts.given_up {
+            return Err(self.invalid(&given_up(&name, &starts)));
+        }
         Ok(match server.probe().await {
             Ok(()) => Readiness::Ready,
+            Err(_) if starts.failed > 0 => Readiness::Waiting(format!(
+                "server {name} is starting again ({} of {MAX_FAILED_STARTS} starts ended \
+                 before it answered; the last: {last})",
+                starts.failed
+            )),
             Err(e) => Readiness::Waiting(format!("server {name} is starting: {e}")),
         })
     }
@@ -289,6 +337,10 @@ impl Target for Local {
 
     fn instance_usable(&self, instance_id: &str) -> Option<bool> {
         Local::instance_usable(self, instance_id)
+    }
+
+    fn instance_problem(&self, instance_id: &str) -> Option<String> {
+        Local::instance_problem(self, instance_id)
     }
 
     fn cannot_make(&self, template: &Value) -> Option<String> {
@@ -363,6 +415,21 @@ mod tests {
         prepare_root(&root, false).unwrap();
         std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         prepare_root(&root, true).unwrap();
+    }
+
+    #[test]
+    fn a_root_with_dot_dot_or_through_a_symbolic_link_is_made_canonical() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let canonical = real.join("servers");
+        for root in [
+            dir.path().join("link/servers"),
+            dir.path().join("real/../link/./servers"),
+        ] {
+            assert_eq!(prepare_root(&root, false).unwrap(), canonical, "{root:?}");
+        }
     }
 
     #[test]

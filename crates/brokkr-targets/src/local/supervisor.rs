@@ -2,6 +2,12 @@
 //! restarts a server that exited (with a backoff from 250 ms doubling to 10 s) and keeps a flag
 //! saying whether the server is usable, which is true only once its protocol answers again.
 //!
+//! A server that cannot start is not retried forever: after [`MAX_FAILED_STARTS`] starts in a
+//! row that ended (the process exited, or could not be started) before the server answered, the
+//! supervisor gives up on it, logs a WARN line with the server's own last output lines, and
+//! [`Server::starts`] says why; it tries again when the server is applied again (a new
+//! provision or update) or brokkr restarts.
+//!
 //! Each server has a directory `<root>/<name>/` holding `state.json` (its instance, engine,
 //! port, admin password, limits and last pid; readable by brokkr only), `server.log` and
 //! `data/`. Servers run in a process group of their own with their output in `server.log`, so
@@ -32,6 +38,13 @@ const WATCH: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How long a stopping server may take before it is killed.
 const STOP_WITHIN: Duration = Duration::from_secs(15);
+/// How many starts in a row may end before the server answers before the supervisor gives up
+/// on it (with the backoff, about 4 s of trying when each start fails at once).
+pub(super) const MAX_FAILED_STARTS: u32 = 5;
+/// How many of a server's last output lines a failure carries.
+const LAST_LINES: usize = 5;
+/// The most characters of them a failure carries (the last ones).
+const LAST_CHARS: usize = 1000;
 
 /// What is kept on disk about a server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,26 +92,57 @@ impl Account {
     }
 }
 
+/// How the server's recent starts went.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Starts {
+    /// Starts in a row that ended before the server answered.
+    pub failed: u32,
+    /// Why the last of them ended: the server's last output lines (passwords masked).
+    pub last_error: Option<String>,
+    /// Given up: no start until the server is applied again or brokkr restarts.
+    pub given_up: bool,
+}
+
 /// One server and its watcher's view of it.
 pub(super) struct Server {
     pub name: String,
     pub dir: PathBuf,
     saved: SyncMutex<Saved>,
     usable: AtomicBool,
+    /// Whether the server answered since this broker last started it.
+    answered: AtomicBool,
+    starts: SyncMutex<Starts>,
     /// Held while the process is started, stopped or looked at.
     process: Mutex<Process>,
     account: Option<Account>,
     bins: Vec<PathBuf>,
 }
 
-#[derive(Default)]
 struct Process {
     /// The process when this broker started it (so it is reaped).
     child: Option<Child>,
     /// Stopped on purpose: not restarted.
     stopped: bool,
-    /// When it was last started.
+    /// When this broker last started it, until its end is accounted for.
     started: Option<Instant>,
+    /// The server's log files and their lengths at that start: what it wrote since.
+    logs: Vec<(PathBuf, u64)>,
+    /// The wait before the next start, and the earliest time for it.
+    backoff: Duration,
+    next_start: Instant,
+}
+
+impl Process {
+    fn new() -> Self {
+        Self {
+            child: None,
+            stopped: false,
+            started: None,
+            logs: Vec::new(),
+            backoff: WATCH,
+            next_start: Instant::now(),
+        }
+    }
 }
 
 impl Server {
@@ -108,6 +152,57 @@ impl Server {
 
     pub fn usable(&self) -> bool {
         self.usable.load(Ordering::SeqCst)
+    }
+
+    pub fn starts(&self) -> Starts {
+        self.starts.lock().expect("starts lock").clone()
+    }
+
+    /// Forgets failed starts: the next start is due at once.
+    fn reset_starts(&self, process: &mut Process) {
+        *self.starts.lock().expect("starts lock") = Starts::default();
+        process.backoff = WATCH;
+        process.next_start = Instant::now();
+    }
+
+    /// Records a start that ended before the server answered; gives up after
+    /// [`MAX_FAILED_STARTS`] in a row.
+    fn failed_start(&self, error: String) {
+        let mut starts = self.starts.lock().expect("starts lock");
+        starts.failed += 1;
+        starts.given_up = starts.failed >= MAX_FAILED_STARTS;
+        if starts.given_up {
+            warn!(server = %self.name, starts = starts.failed, last_output = %error,
+                "local server did not start; giving up until it is applied again or brokkr restarts");
+        } else {
+            warn!(server = %self.name, start = starts.failed, last_output = %error,
+                "local server ended before it answered; starting it again");
+        }
+        starts.last_error = Some(error);
+    }
+
+    /// Accounts, once, for the end of the process this broker last started: a server that had
+    /// answered exited (and is started again); one that never answered is a failed start.
+    fn ended(&self, process: &mut Process) {
+        let was_usable = self.usable.swap(false, Ordering::SeqCst);
+        let Some(started) = process.started.take() else {
+            if was_usable {
+                warn!(server = %self.name, "local server exited; starting it again");
+            }
+            return;
+        };
+        if self.answered.swap(false, Ordering::SeqCst) {
+            warn!(server = %self.name, "local server exited; starting it again");
+            if started.elapsed() > Duration::from_secs(30) {
+                process.backoff = WATCH;
+            }
+            return;
+        }
+        let output = last_lines(&process.logs, &self.saved().password);
+        self.failed_start(match output.is_empty() {
+            true => "it exited without a word".to_owned(),
+            false => output,
+        });
     }
 
     pub fn data(&self) -> PathBuf {
@@ -154,6 +249,13 @@ impl Server {
         let argv = saved
             .engine
             .start_command(&self.bins, &data, saved.port, &saved.limits);
+        process.logs = (saved.engine.log_files(&self.dir))
+            .into_iter()
+            .map(|log| {
+                let length = std::fs::metadata(&log).map_or(0, |m| m.len());
+                (log, length)
+            })
+            .collect();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -180,6 +282,7 @@ impl Server {
         })?;
         process.child = Some(child);
         process.started = Some(Instant::now());
+        self.answered.store(false, Ordering::SeqCst);
         Ok(())
     }
 
@@ -204,11 +307,14 @@ impl Server {
         }
     }
 
-    /// Probes the server; marks it usable when it answers.
+    /// Probes the server; marks it usable when it answers (which forgets failed starts).
     pub async fn probe(&self) -> Result<(), String> {
         let saved = self.saved();
         let result = saved.engine.probe(saved.port, &saved.password).await;
         self.usable.store(result.is_ok(), Ordering::SeqCst);
+        if result.is_ok() && !self.answered.swap(true, Ordering::SeqCst) {
+            *self.starts.lock().expect("starts lock") = Starts::default();
+        }
         result
     }
 }
@@ -334,8 +440,12 @@ impl Supervisor {
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot run {}: {e}", engine.programs()[0]))?;
             if !output.status.success() {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let last = stderr.lines().last().unwrap_or("").to_owned();
+                // Its errors, or, when it wrote none, what it printed.
+                let text = match output.stderr.iter().all(u8::is_ascii_whitespace) {
+                    true => output.stdout,
+                    false => output.stderr,
+                };
+                let last = tail(&String::from_utf8_lossy(&text), &saved.password);
                 return Err(format!(
                     "{} failed ({}): {last}",
                     engine.programs()[0],
@@ -367,7 +477,9 @@ impl Supervisor {
             dir,
             saved: SyncMutex::new(saved),
             usable: AtomicBool::new(false),
-            process: Mutex::default(),
+            answered: AtomicBool::new(false),
+            starts: SyncMutex::default(),
+            process: Mutex::new(Process::new()),
             account: self.account,
             bins,
         });
@@ -388,7 +500,15 @@ impl Supervisor {
             limits,
             ..server.saved()
         })?;
+        server.reset_starts(&mut process);
+        process.started = None;
         server.spawn(&mut process)
+    }
+
+    /// Has the watcher of a server it gave up on start it again, from a clean count.
+    pub async fn start_again(&self, server: &Server) {
+        let mut process = server.process.lock().await;
+        server.reset_starts(&mut process);
     }
 
     /// Stops a server for good and removes its directory.
@@ -422,42 +542,82 @@ impl Supervisor {
 }
 
 /// Watches `server` until it is stopped on purpose: starts it when it is not running (waiting
-/// longer after each quick exit), probes it until it answers, marks it not usable when it exits.
+/// longer after each quick exit, giving up after [`MAX_FAILED_STARTS`] that ended before it
+/// answered), probes it until it answers, marks it not usable when it exits.
 async fn supervise(server: Arc<Server>) {
-    let mut backoff = WATCH;
-    let mut next_start = Instant::now();
     loop {
-        {
+        let given_up = {
             let mut process = server.process.lock().await;
             if process.stopped {
                 return;
             }
             if server.running(&mut process).is_none() {
-                if server.usable.swap(false, Ordering::SeqCst) {
-                    warn!(server = %server.name, "local server exited; starting it again");
-                }
-                if Instant::now() >= next_start {
+                server.ended(&mut process);
+                if !server.starts().given_up && Instant::now() >= process.next_start {
                     if let Some(pid) = server.saved().pid {
                         kill_leftovers(pid, &server.data());
                     }
-                    if process
-                        .started
-                        .is_some_and(|at| at.elapsed() > Duration::from_secs(30))
-                    {
-                        backoff = WATCH;
-                    }
                     if let Err(e) = server.spawn(&mut process) {
-                        warn!(server = %server.name, error = %e, "cannot start a local server");
+                        server.failed_start(mask(&e, &server.saved().password));
                     }
-                    next_start = Instant::now() + backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    process.next_start = Instant::now() + process.backoff;
+                    process.backoff = (process.backoff * 2).min(MAX_BACKOFF);
                 }
             }
-        }
-        if !server.usable() {
+            server.starts().given_up
+        };
+        if !server.usable() && !given_up {
             let _ = server.probe().await;
         }
         tokio::time::sleep(WATCH).await;
+    }
+}
+
+/// The last lines the server wrote to `logs` since the offsets given, passwords masked.
+fn last_lines(logs: &[(PathBuf, u64)], password: &str) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const MOST: u64 = 64 * 1024;
+    let mut text = String::new();
+    for (path, from) in logs {
+        let Ok(mut file) = std::fs::File::open(path) else {
+            continue;
+        };
+        let length = file.metadata().map_or(0, |m| m.len());
+        let start = (*from).max(length.saturating_sub(MOST)).min(length);
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(start)).is_ok() && file.read_to_end(&mut bytes).is_ok() {
+            text.push_str(&String::from_utf8_lossy(&bytes));
+            text.push('\n');
+        }
+    }
+    tail(&text, password)
+}
+
+/// The last [`LAST_LINES`] non-empty lines of `text` on one line, at most [`LAST_CHARS`]
+/// characters, `password` masked.
+fn tail(text: &str, password: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let last = lines[lines.len().saturating_sub(LAST_LINES)..].join(" | ");
+    let last = mask(&last, password);
+    let chars = last.chars().count();
+    match chars > LAST_CHARS {
+        true => format!(
+            "…{}",
+            last.chars().skip(chars - LAST_CHARS).collect::<String>()
+        ),
+        false => last,
+    }
+}
+
+/// `text` with every occurrence of `password` masked.
+fn mask(text: &str, password: &str) -> String {
+    match password.is_empty() {
+        true => text.to_owned(),
+        false => text.replace(password, "********"),
     }
 }
 
@@ -531,4 +691,38 @@ fn write_private(path: &Path, text: &str, account: Option<Account>) -> Result<()
         account.own(&tmp).map_err(fail)?;
     }
     std::fs::rename(&tmp, path).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_carries_the_last_lines_on_one_line_without_the_password() {
+        let text = "one\n\n two \nthree\nfour\nfive\nsix has pw-123 in it\n";
+        assert_eq!(
+            tail(text, "pw-123"),
+            "two | three | four | five | six has ******** in it"
+        );
+        let long = "x".repeat(3 * LAST_CHARS);
+        let cut = tail(&long, "pw");
+        assert_eq!(cut.chars().count(), LAST_CHARS + 1);
+        assert!(cut.starts_with('…'));
+    }
+
+    #[test]
+    fn only_what_a_server_wrote_since_its_start_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        std::fs::write(&log, "an old run's error\n").unwrap();
+        let from = std::fs::metadata(&log).unwrap().len();
+        let mut text = std::fs::read_to_string(&log).unwrap();
+        text.push_str("FATAL: this run's error\n");
+        std::fs::write(&log, text).unwrap();
+        let missing = dir.path().join("error.log");
+        assert_eq!(
+            last_lines(&[(log, from), (missing, 0)], "secret"),
+            "FATAL: this run's error"
+        );
+    }
 }

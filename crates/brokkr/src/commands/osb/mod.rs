@@ -450,11 +450,13 @@ impl<'a> Target<'a> {
 }
 
 async fn instance(broker: &Broker, instance_id: &str, out: Format) -> Result<()> {
-    let answer = broker
-        .client
-        .instance(instance_id, None)
-        .await
-        .map_err(explain)?;
+    let answer = match broker.client.instance(instance_id, None).await {
+        Ok(answer) => answer,
+        Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => {
+            return not_fetched(broker, instance_id, e, out).await;
+        }
+        Err(e) => return Err(explain(e)),
+    };
     let body = answer.body;
     let catalog = broker.catalog().await.ok();
     let names = catalog.and_then(|c| c.plan(&body.service_id, &body.plan_id));
@@ -471,7 +473,50 @@ async fn instance(broker: &Broker, instance_id: &str, out: Format) -> Result<()>
             body.dashboard_url.clone().unwrap_or_default(),
         ]);
         table
-    })
+    })?;
+    // A broker that says the instance is not usable (brokkr: a server it runs is down) tells
+    // why in its last operation's description.
+    if body.instance_usable == Some(false) {
+        let poll = Poll::instance(instance_id);
+        let why = (broker.client.last_operation(&poll).await.ok())
+            .and_then(|answer| answer.body.description)
+            .map(|description| format!(" (last operation: {description})"));
+        eprintln!(
+            "instance {instance_id:?} is not usable now{}",
+            why.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// An instance the broker does not show: OSB answers its fetch with 404 while its provision
+/// runs, once that failed, and once it is deprovisioned. Its last operation, when the broker
+/// still tells it, says which: its state and description are printed, and the command fails
+/// (exit 1), as there is no instance to show. A broker that knows nothing of it gets the 404.
+async fn not_fetched(broker: &Broker, instance_id: &str, e: Error, out: Format) -> Result<()> {
+    let Ok(answer) = broker
+        .client
+        .last_operation(&Poll::instance(instance_id))
+        .await
+    else {
+        return Err(explain(e));
+    };
+    let last = answer.body;
+    print(out, &serde_json::to_value(&last)?, || {
+        let mut table = Table::new(vec!["INSTANCE", "LAST OPERATION", "DESCRIPTION"]);
+        table.row(vec![
+            instance_id.to_owned(),
+            last.state.as_str().to_owned(),
+            last.description.clone().unwrap_or_default(),
+        ]);
+        table
+    })?;
+    let what = match last.state {
+        OperationState::InProgress => "is still in progress",
+        OperationState::Succeeded => "succeeded",
+        OperationState::Failed => "failed",
+    };
+    bail!("the broker shows no instance {instance_id:?}: its last operation {what}")
 }
 
 async fn binding(broker: &Broker, instance_id: &str, binding_id: &str, out: Format) -> Result<()> {
