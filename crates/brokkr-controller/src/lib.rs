@@ -14,6 +14,7 @@
 //! - [`projection`]: servicebinding.io ServiceBinding, a service's Secret projected into workloads;
 //! - [`usage`]: ServiceBindingUsage, a binding's Secret injected into a workload;
 //! - [`run`]: every controller, until a shutdown signal;
+//! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`metrics`]: what they count.
 
@@ -31,6 +32,7 @@ pub mod projection;
 pub mod projector;
 pub mod resources;
 mod status;
+pub mod url_policy;
 pub mod usage;
 
 use std::future::Future;
@@ -57,16 +59,21 @@ pub struct Context {
     /// How long a resource waits for what it names to appear or become Ready (a binding for its
     /// instance, an instance for its class and plan) before it fails.
     pub wait_timeout: std::time::Duration,
+    /// How brokers are called and what one may cost: body and catalog limits, timeouts, and
+    /// the URL policy of namespaced brokers.
+    pub brokers: broker::BrokerPolicy,
 }
 
 impl Context {
-    /// A context for `client` with fresh metrics, no cluster id and the default wait timeout.
+    /// A context for `client` with fresh metrics, no cluster id, the default wait timeout and
+    /// the default [`broker::BrokerPolicy`].
     pub fn new(client: Client) -> Self {
         Self {
             client,
             metrics: Metrics::default(),
             cluster_id: None,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            brokers: broker::BrokerPolicy::default(),
         }
     }
 }

@@ -66,6 +66,7 @@ async fn a_provision_polled_past_the_plans_maximum_polling_duration_fails() {
         metrics: Metrics::default(),
         cluster_id: Some("cluster-1".into()),
         wait_timeout: brokkr_controller::DEFAULT_WAIT_TIMEOUT,
+        brokers: Default::default(),
     };
     let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
     fake.create(
