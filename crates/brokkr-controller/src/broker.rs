@@ -64,6 +64,9 @@ pub struct BrokerPolicy {
     pub max_plans: usize,
     /// Where namespaced ServiceBrokers may point the controller.
     pub namespaced_urls: UrlPolicy,
+    /// How many catalogs may be read and written at once (each may hold up to the catalog
+    /// limit in memory, so this bounds what many brokers listed together cost).
+    pub catalog_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl BrokerPolicy {
@@ -73,13 +76,16 @@ impl BrokerPolicy {
     pub const DEFAULT_MAX_PLANS: usize = 1000;
     /// The default of [`BrokerPolicy::timeout`].
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The default number of [`BrokerPolicy::catalog_permits`].
+    pub const DEFAULT_CONCURRENT_CATALOGS: usize = 4;
     /// The default of [`BrokerPolicy::connect_timeout`].
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 }
 
 impl Default for BrokerPolicy {
     /// 8 MiB catalogs, 1 MiB other answers, 64 KiB error answers; 60 s a call (10 s to
-    /// connect); 200 services and 1,000 plans a catalog; the default URL policy.
+    /// connect); 200 services and 1,000 plans a catalog, 4 catalogs at once; the default URL
+    /// policy.
     fn default() -> Self {
         Self {
             body_limits: BodyLimits::default(),
@@ -88,6 +94,9 @@ impl Default for BrokerPolicy {
             max_services: Self::DEFAULT_MAX_SERVICES,
             max_plans: Self::DEFAULT_MAX_PLANS,
             namespaced_urls: UrlPolicy::default(),
+            catalog_permits: Arc::new(tokio::sync::Semaphore::new(
+                Self::DEFAULT_CONCURRENT_CATALOGS,
+            )),
         }
     }
 }
@@ -510,6 +519,13 @@ pub(crate) async fn osb_client<B: BrokerKind>(
 /// Fetches the broker's catalog and writes it as classes and plans.
 async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Error> {
     let osb = osb_client(broker, ctx).await?;
+    // Held while the catalog is in memory: many brokers listed together wait their turn.
+    let _permit = ctx
+        .brokers
+        .catalog_permits
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     let answer = osb.catalog().await;
     ctx.metrics.osb_call("catalog", &answer);
     let catalog = answer?.body;

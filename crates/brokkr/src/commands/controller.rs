@@ -77,6 +77,10 @@ pub struct ControllerArgs {
     /// The most plans one broker's catalog may list (over all its services).
     #[arg(long, env = "BROKKR_MAX_CATALOG_PLANS", default_value_t = BrokerPolicy::DEFAULT_MAX_PLANS)]
     max_catalog_plans: usize,
+    /// How many catalogs the controller reads and writes at once (each may hold up to
+    /// --broker-max-catalog-bytes in memory).
+    #[arg(long, env = "BROKKR_MAX_CONCURRENT_CATALOGS", default_value = "4", value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_catalogs: u16,
     /// Networks (`10.0.0.0/8`), addresses or host names namespaced ServiceBrokers may use
     /// although the default policy refuses them (loopback, link-local, the controller's own
     /// addresses); comma-separated or repeated.
@@ -229,6 +233,9 @@ async fn broker_policy(args: &ControllerArgs, api_server: Option<&str>) -> Resul
         max_services: args.max_catalog_services,
         max_plans: args.max_catalog_plans,
         namespaced_urls: urls,
+        catalog_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(usize::from(
+            args.max_concurrent_catalogs,
+        ))),
         ..BrokerPolicy::default()
     })
 }
