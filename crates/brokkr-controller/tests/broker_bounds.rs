@@ -355,7 +355,10 @@ async fn a_namespaced_broker_on_loopback_is_refused_by_default_before_any_connec
     cluster.cluster_broker("admins", &url);
     let ready = cluster.ready(None, "admins").await;
     assert_eq!(ready["reason"], "ErrorFetchingCatalog", "{ready}");
-    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    assert!(
+        requests.load(Ordering::SeqCst) >= 1,
+        "the admin's broker was called"
+    );
 }
 
 #[tokio::test]
