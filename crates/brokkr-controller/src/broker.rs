@@ -4,6 +4,13 @@
 //! `status.removedFromBrokerCatalog: true`, never deleted, so instances that use them keep them.
 //! The catalog is listed again every `relistDuration` (default 15 minutes) unless
 //! `relistBehavior` is `Manual`, and whenever the broker's spec changes.
+//!
+//! What a broker can cost the controller is bounded ([`BrokerPolicy`]): each kind of answer's
+//! body, the time of a call, and the services and plans of one catalog (a larger catalog is
+//! refused with a condition, nothing written). A namespaced ServiceBroker is a tenant's: its URL
+//! must pass the [`UrlPolicy`] before any connection, and its status never carries what the
+//! other end answered (its status code, error text or address), only that it is unreachable or
+//! not an OSB broker; the controller's log has the details.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -11,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brokkr_osb::catalog::Catalog;
-use brokkr_osb::client::{Auth, Client as OsbClient};
+use brokkr_osb::client::{Auth, BodyLimits, Client as OsbClient, Error as OsbError};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
@@ -31,6 +38,7 @@ use crate::resources::{
     ServiceBroker, ServiceBrokerStatus, ServiceClass, ServiceClassSpec, ServicePlan,
     ServicePlanSpec,
 };
+use crate::url_policy::UrlPolicy;
 
 /// How often a catalog is listed again when the broker does not say.
 pub const DEFAULT_RELIST_DURATION: Duration = Duration::from_secs(15 * 60);
@@ -40,6 +48,58 @@ pub const BROKER_LABEL: &str = "services.brokkr.dev/broker";
 pub const FIELD_MANAGER: &str = "brokkr-controller";
 /// How long to wait before trying a broker again after a failure.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
+
+/// How the controllers call brokers, and what one broker may cost them.
+#[derive(Debug, Clone)]
+pub struct BrokerPolicy {
+    /// The most bytes read of each kind of answer.
+    pub body_limits: BodyLimits,
+    /// The time limit of one call, the whole answer included.
+    pub timeout: Duration,
+    /// The time limit of connecting.
+    pub connect_timeout: Duration,
+    /// The most service offerings one catalog may list.
+    pub max_services: usize,
+    /// The most plans one catalog may list, over all its services.
+    pub max_plans: usize,
+    /// Where namespaced ServiceBrokers may point the controller.
+    pub namespaced_urls: UrlPolicy,
+    /// How many catalogs may be read and written at once (each may hold up to the catalog
+    /// limit in memory, so this bounds what many brokers listed together cost).
+    pub catalog_permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl BrokerPolicy {
+    /// The default of [`BrokerPolicy::max_services`].
+    pub const DEFAULT_MAX_SERVICES: usize = 200;
+    /// The default of [`BrokerPolicy::max_plans`].
+    pub const DEFAULT_MAX_PLANS: usize = 1000;
+    /// The default of [`BrokerPolicy::timeout`].
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The default number of [`BrokerPolicy::catalog_permits`].
+    pub const DEFAULT_CONCURRENT_CATALOGS: usize = 4;
+    /// The default of [`BrokerPolicy::connect_timeout`].
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+impl Default for BrokerPolicy {
+    /// 8 MiB catalogs, 1 MiB other answers, 64 KiB error answers; 60 s a call (10 s to
+    /// connect); 200 services and 1,000 plans a catalog, 4 catalogs at once; the default URL
+    /// policy.
+    fn default() -> Self {
+        Self {
+            body_limits: BodyLimits::default(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            max_services: Self::DEFAULT_MAX_SERVICES,
+            max_plans: Self::DEFAULT_MAX_PLANS,
+            namespaced_urls: UrlPolicy::default(),
+            catalog_permits: Arc::new(tokio::sync::Semaphore::new(
+                Self::DEFAULT_CONCURRENT_CATALOGS,
+            )),
+        }
+    }
+}
 
 /// Why a broker or an instance could not be reconciled. Messages name Secrets, never their
 /// values.
@@ -57,6 +117,9 @@ pub enum Error {
     /// The broker's catalog cannot be written as resources.
     #[error("{0}")]
     Catalog(String),
+    /// The broker's catalog lists more services or plans than the controller keeps.
+    #[error("{0}")]
+    CatalogTooLarge(String),
 }
 
 impl Error {
@@ -64,11 +127,47 @@ impl Error {
     fn reason(&self) -> &'static str {
         match self {
             Self::Kube(_) => "ErrorSyncingCatalog",
+            Self::Osb(OsbError::AddressRefused { .. }) => "ErrorBrokerURLNotAllowed",
             Self::Osb(_) => "ErrorFetchingCatalog",
             Self::Credentials(_) => "ErrorGettingAuthCredentials",
             Self::Catalog(_) => "ErrorListingCatalog",
+            Self::CatalogTooLarge(_) => "ErrorCatalogTooLarge",
         }
     }
+
+    /// The message for the status of a namespaced broker: of what the other end did, only
+    /// whether it could be reached and whether it answered as an OSB broker — never its status
+    /// code, error text or address, since a tenant may point the URL anywhere.
+    fn tenant_message(&self) -> String {
+        match self {
+            Self::Osb(OsbError::Transport { .. }) => {
+                "the broker is unreachable (the controller's log has the details)".into()
+            }
+            Self::Osb(OsbError::AddressRefused { .. }) => {
+                "the broker's URL is not allowed: the controller's policy for namespaced \
+                 brokers refuses its address (loopback, link-local, the controller's own, or \
+                 denied by the platform admin)"
+                    .into()
+            }
+            // The URL or caBundle as the tenant wrote them.
+            Self::Osb(e @ OsbError::Config(_)) => e.to_string(),
+            Self::Osb(_) => "the broker's answer is not an OSB catalog the controller accepts \
+                             (the controller's log has the details)"
+                .into(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// `e` with its sources, for the controller's log.
+fn detail(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
 }
 
 /// What differs between a ClusterServiceBroker and a ServiceBroker: where their Secrets, classes
@@ -291,13 +390,23 @@ pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Resu
             status.last_catalog_retrieval_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         }
         Err(e) => {
-            tracing::warn!(broker = %broker.name_any(), error = %e, "cannot list the broker's catalog");
+            tracing::warn!(
+                broker = %broker.name_any(),
+                namespace = broker.namespace().unwrap_or_default(),
+                error = %detail(e),
+                "cannot list the broker's catalog"
+            );
+            let message = if broker.namespace().is_some() {
+                e.tenant_message()
+            } else {
+                e.to_string()
+            };
             conditions::set(
                 &mut status.conditions,
                 "Ready",
                 ConditionStatus::False,
                 e.reason(),
-                e.to_string(),
+                message,
             );
             status.last_condition_state = e.reason().into();
         }
@@ -352,15 +461,25 @@ pub fn error_policy<B: BrokerKind>(_: Arc<B>, _: &Error, _: Arc<Context>) -> Act
     Action::requeue(RETRY_AFTER_FAILURE)
 }
 
-/// A client for the broker, with the credentials of its Secret.
+/// A client for the broker, with the credentials of its Secret, the bounds of `ctx`'s
+/// [`BrokerPolicy`], and, for a namespaced broker, its URL policy.
 pub(crate) async fn osb_client<B: BrokerKind>(
     broker: &B,
-    client: &Client,
+    ctx: &Context,
 ) -> Result<OsbClient, Error> {
+    let client = &ctx.client;
     let common = broker.common();
+    let policy = &ctx.brokers;
     let mut builder = OsbClient::builder(&common.url)
         .insecure_skip_tls_verify(common.insecure_skip_tls_verify)
-        .timeout(Duration::from_secs(60));
+        .timeout(policy.timeout)
+        .connect_timeout(policy.connect_timeout)
+        .body_limits(policy.body_limits);
+    if broker.namespace().is_some()
+        && let Some(filter) = policy.namespaced_urls.filter_for(&common.url)
+    {
+        builder = builder.connect_only_to(filter);
+    }
     if let Some(bundle) = &common.ca_bundle {
         use base64::Engine as _;
         let pem = base64::engine::general_purpose::STANDARD
@@ -399,10 +518,18 @@ pub(crate) async fn osb_client<B: BrokerKind>(
 
 /// Fetches the broker's catalog and writes it as classes and plans.
 async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Error> {
-    let osb = osb_client(broker, &ctx.client).await?;
+    let osb = osb_client(broker, ctx).await?;
+    // Held while the catalog is in memory: many brokers listed together wait their turn.
+    let _permit = ctx
+        .brokers
+        .catalog_permits
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     let answer = osb.catalog().await;
     ctx.metrics.osb_call("catalog", &answer);
     let catalog = answer?.body;
+    within_bounds(&catalog, &ctx.brokers)?;
     let CatalogEntries { classes, plans } = catalog_entries(broker, &catalog)?;
 
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -452,6 +579,20 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
         if !plan_names.contains(&plan.name_any()) {
             mark_removed(&plan_api, &plan, true).await?;
         }
+    }
+    Ok(())
+}
+
+/// Refuses a catalog with more services or plans than `policy` keeps of one broker.
+fn within_bounds(catalog: &Catalog, policy: &BrokerPolicy) -> Result<(), Error> {
+    let services = catalog.services.len();
+    let plans: usize = catalog.services.iter().map(|s| s.plans.len()).sum();
+    if services > policy.max_services || plans > policy.max_plans {
+        return Err(Error::CatalogTooLarge(format!(
+            "the catalog lists {services} services and {plans} plans; this controller keeps at \
+             most {} services and {} plans of one broker, so nothing of it was written",
+            policy.max_services, policy.max_plans
+        )));
     }
     Ok(())
 }

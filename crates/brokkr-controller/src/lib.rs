@@ -14,6 +14,7 @@
 //! - [`projection`]: servicebinding.io ServiceBinding, a service's Secret projected into workloads;
 //! - [`usage`]: ServiceBindingUsage, a binding's Secret injected into a workload;
 //! - [`run`]: every controller, until a shutdown signal;
+//! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`metrics`]: what they count.
 
@@ -33,6 +34,7 @@ pub mod projection;
 pub mod projector;
 pub mod resources;
 mod status;
+pub mod url_policy;
 pub mod usage;
 pub mod user_info;
 
@@ -67,10 +69,14 @@ pub struct Context {
     pub user_info: user_info::Guard,
     /// When each failing instance or binding may call its broker again.
     pub backoffs: backoff::Backoffs,
+    /// How brokers are called and what one may cost: body and catalog limits, timeouts, and
+    /// the URL policy of namespaced brokers.
+    pub brokers: broker::BrokerPolicy,
 }
 
 impl Context {
-    /// A context for `client` with fresh metrics, no cluster id and the default wait timeout.
+    /// A context for `client` with fresh metrics, no cluster id, the default wait timeout and
+    /// the default [`broker::BrokerPolicy`].
     pub fn new(client: Client) -> Self {
         Self {
             client,
@@ -80,6 +86,7 @@ impl Context {
             instances: std::sync::OnceLock::new(),
             user_info: user_info::Guard::default(),
             backoffs: backoff::Backoffs::default(),
+            brokers: broker::BrokerPolicy::default(),
         }
     }
 }

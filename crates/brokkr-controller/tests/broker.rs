@@ -281,7 +281,9 @@ async fn a_namespaced_broker_lists_into_its_namespace_with_a_bearer_token() {
     fake.create(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "team-broker-token", "namespace": "team-a"}, "data": {"token": "dDBrZW4="}}));
     let client = fake.client();
-    let ctx = brokkr_controller::Context::new(client.clone());
+    let mut ctx = brokkr_controller::Context::new(client.clone());
+    // The broker is on loopback, which namespaced brokers may use only when allowed.
+    ctx.brokers.namespaced_urls.allow("127.0.0.1").unwrap();
     let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
     let brokers: Api<ServiceBroker> = Api::namespaced(client.clone(), "team-a");
     let manifest: ServiceBroker = serde_json::from_value(json!({

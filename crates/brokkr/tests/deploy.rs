@@ -174,6 +174,11 @@ fn base_is_the_highly_available_install() {
         env(c, "POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.name"
     );
+    // The pod's own IP is refused to namespaced brokers.
+    assert_eq!(
+        env(c, "POD_IPS")["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.podIP"
+    );
 
     for name in ["brokkr", "brokkr-controller"] {
         let pdb = find(&objects, "PodDisruptionBudget", name);

@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::cluster::{kubectl, try_kubectl};
+use support::cluster::{cel_rules_served, kubectl, try_kubectl, without_cel_rules};
 use support::{BIN, free_port};
 
 fn root() -> PathBuf {
@@ -103,28 +103,6 @@ fn check_as_written(objects: &[Value]) {
             written.as_object_mut().unwrap().remove("rules");
         }
         subset(&name, &written, &live).unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
-/// Whether the API server keeps CEL validation rules in CRDs (Kubernetes 1.25 and later).
-fn cel_rules_served() -> bool {
-    let version: Value = serde_json::from_str(&kubectl(&["version", "-o", "json"], "")).unwrap();
-    let minor = version["serverVersion"]["minor"]
-        .as_str()
-        .unwrap_or_default()
-        .trim_end_matches('+');
-    minor.parse::<u32>().is_ok_and(|m| m >= 25)
-}
-
-/// `value` without any `x-kubernetes-validations`, as an API server before 1.25 keeps it.
-fn without_cel_rules(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            map.remove("x-kubernetes-validations");
-            map.values_mut().for_each(without_cel_rules);
-        }
-        Value::Array(items) => items.iter_mut().for_each(without_cel_rules),
-        _ => {}
     }
 }
 

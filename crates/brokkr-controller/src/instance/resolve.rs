@@ -256,12 +256,12 @@ pub(crate) async fn resolve(
         let broker = Api::<ClusterServiceBroker>::all(ctx.client.clone())
             .get(&class.broker)
             .await?;
-        osb_client(&broker, &ctx.client).await?
+        osb_client(&broker, ctx).await?
     } else {
         let broker = Api::<ServiceBroker>::namespaced(ctx.client.clone(), &ns)
             .get(&class.broker)
             .await?;
-        osb_client(&broker, &ctx.client).await?
+        osb_client(&broker, ctx).await?
     };
     let osb = ctx.user_info.client(osb, spec.user_info.as_ref())?;
     Ok(Ok(Resolved {

@@ -140,7 +140,9 @@ impl Cluster {
             fake.add_crd(&crd);
         }
         fake.add_kind("events.k8s.io", "v1", "Event", "events", true);
-        let ctx = brokkr_controller::Context::new(fake.client());
+        let mut ctx = brokkr_controller::Context::new(fake.client());
+        // The brokers of these tests are on loopback, which the URL policy refuses by default.
+        ctx.brokers.namespaced_urls.allow("127.0.0.1").unwrap();
         let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
         fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
             "metadata": {"name": "db"}, "spec": {"url": broker.url}}));

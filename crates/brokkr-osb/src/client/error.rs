@@ -35,6 +35,15 @@ pub enum Error {
     /// The client cannot be built as configured (a bad URL or CA bundle).
     #[error("{0}")]
     Config(String),
+    /// The broker's host is, or resolves to, an address the client's
+    /// [`AddressFilter`](super::AddressFilter) refuses; nothing was sent.
+    #[error("the broker URL {url} leads to {address}, an address this client may not connect to")]
+    AddressRefused {
+        /// The URL of the request, without its query.
+        url: String,
+        /// The refused address.
+        address: std::net::SocketAddr,
+    },
     /// The operation was still in progress when the maximum polling duration was reached; per the
     /// specification, a platform then considers it failed.
     #[error("the operation did not finish within {}", humanize(*.after))]
@@ -44,6 +53,21 @@ pub enum Error {
         /// The last state the broker reported.
         last: Option<LastOperation>,
     },
+}
+
+/// A transport error, or [`Error::AddressRefused`] when the resolver refused the host.
+pub(super) fn transport(url: String, source: reqwest::Error) -> Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
+    while let Some(e) = cause {
+        if let Some(refused) = e.downcast_ref::<super::address::Refused>() {
+            return Error::AddressRefused {
+                url,
+                address: refused.0,
+            };
+        }
+        cause = e.source();
+    }
+    Error::Transport { url, source }
 }
 
 fn transport_message(url: &str, source: &reqwest::Error) -> String {
@@ -100,15 +124,28 @@ pub struct BrokerError {
     pub retry_after: Option<Duration>,
 }
 
+/// The most characters of a broker's `error` and `description` kept: enough for people, never a
+/// whole body in a log line or a status.
+const MAX_TEXT: usize = 1024;
+
+/// `text`, cut after [`MAX_TEXT`] characters (marked with `…`).
+fn clipped(text: &str) -> String {
+    match text.char_indices().nth(MAX_TEXT) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
 impl BrokerError {
-    /// Reads an error answer's body; anything but a JSON object leaves the fields empty.
+    /// Reads an error answer's body; anything but a JSON object leaves the fields empty. The
+    /// texts are cut at 1024 characters.
     pub(crate) fn new(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Self {
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let text = |name: &str| {
             body.get(name)
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
-                .map(str::to_owned)
+                .map(clipped)
         };
         Self {
             status,
@@ -191,7 +228,17 @@ pub(crate) fn without_values(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::without_values;
+    use super::{BrokerError, StatusCode, without_values};
+
+    #[test]
+    fn a_brokers_texts_are_cut_to_a_bounded_length() {
+        let long = "x".repeat(50_000);
+        let body = serde_json::json!({"error": long, "description": long}).to_string();
+        let e = BrokerError::new(StatusCode::BAD_REQUEST, body.as_bytes(), None);
+        assert_eq!(e.description.as_ref().unwrap().chars().count(), 1025);
+        assert_eq!(e.error.as_ref().unwrap().chars().count(), 1025);
+        assert!(e.to_string().len() < 2200, "{}", e.to_string().len());
+    }
 
     #[test]
     fn decoding_errors_never_carry_the_bodys_values() {

@@ -35,10 +35,20 @@
 //!
 //! TLS uses rustls with ring: with the system's roots, or only the roots of a given CA bundle.
 //! Building a client installs ring as rustls' process-wide default provider if none is installed.
+//!
+//! What a broker sends is bounded: every answer's body is read as a stream and the read stops
+//! at the [`BodyLimits`] of its kind (a catalog, another answer, an error answer), so a broker
+//! can never make the client hold more than that; an honest `Content-Length` above the limit
+//! fails before anything is read. Set [`ClientBuilder::timeout`] to bound the time as well (it
+//! covers the body: a broker trickling bytes is cut off at it). With
+//! [`ClientBuilder::connect_only_to`] the client connects only to addresses a filter accepts:
+//! it resolves the broker's host itself, checks every address, and connects to the checked ones.
 
+mod address;
 mod error;
 mod wait;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -47,6 +57,7 @@ pub use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use address::AddressFilter;
 pub use error::{BrokerError, Error};
 pub use wait::{Poll, WaitOptions};
 
@@ -92,11 +103,52 @@ pub fn install_crypto_provider() {
     }
 }
 
+/// The most bytes the client reads of each kind of answer's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// `GET /v2/catalog` (default 8 MiB).
+    pub catalog: u64,
+    /// Every other successful answer: operations, bindings with their credentials, fetched
+    /// instances and bindings, `last_operation` (default 1 MiB).
+    pub answer: u64,
+    /// An error answer (only its `error` and `description` are used; default 64 KiB). A longer
+    /// one is read as an error of its status with neither.
+    pub error: u64,
+}
+
+impl BodyLimits {
+    /// The default catalog limit: 8 MiB.
+    pub const DEFAULT_CATALOG: u64 = 8 << 20;
+    /// The default limit of other successful answers: 1 MiB.
+    pub const DEFAULT_ANSWER: u64 = 1 << 20;
+    /// The default limit of error answers: 64 KiB.
+    pub const DEFAULT_ERROR: u64 = 64 << 10;
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        Self {
+            catalog: Self::DEFAULT_CATALOG,
+            answer: Self::DEFAULT_ANSWER,
+            error: Self::DEFAULT_ERROR,
+        }
+    }
+}
+
+/// Which kind of answer a call expects, for its [`BodyLimits`].
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Catalog,
+    Answer,
+}
+
 /// Builds a [`Client`].
 #[derive(Debug)]
 #[must_use]
 pub struct ClientBuilder {
     url: String,
+    limits: BodyLimits,
+    address_filter: Option<AddressFilter>,
     auth: Option<Auth>,
     ca_bundle: Option<Vec<u8>>,
     insecure_skip_tls_verify: bool,
@@ -158,6 +210,22 @@ impl ClientBuilder {
         self
     }
 
+    /// The most bytes read of each kind of answer (default: [`BodyLimits::default`]).
+    pub fn body_limits(mut self, limits: BodyLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Connects only to addresses `filter` accepts (it sees each address with the URL's port).
+    /// The client resolves the broker's host name itself and refuses it when any of its
+    /// addresses is refused; a connection goes only to an address that was checked, so a name
+    /// that resolves differently the next time (DNS rebinding) gains nothing. With a filter,
+    /// redirects are not followed and no proxy is used (either would connect elsewhere).
+    pub fn connect_only_to(mut self, filter: AddressFilter) -> Self {
+        self.address_filter = Some(filter);
+        self
+    }
+
     /// The platform user behind every request (see also [`Client::with_originating_identity`]).
     pub fn originating_identity(mut self, identity: OriginatingIdentity) -> Self {
         self.originating_identity = Some(identity);
@@ -177,6 +245,28 @@ impl ClientBuilder {
         }
         install_crypto_provider();
         let mut http = reqwest::Client::builder();
+        if let Some(filter) = &self.address_filter {
+            let port = base.port_or_known_default().unwrap_or(80);
+            // An IP address in the URL is never resolved: check it here.
+            let literal = base.host_str().and_then(|host| {
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .ok()
+            });
+            if let Some(ip) = literal
+                && !filter.accepts(SocketAddr::new(ip, port))
+            {
+                return Err(Error::AddressRefused {
+                    url: base.to_string(),
+                    address: SocketAddr::new(ip, port),
+                });
+            }
+            http = http
+                .dns_resolver(address::CheckedResolver::new(filter.clone(), port))
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy();
+        }
         if let Some(pem) = &self.ca_bundle {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| Error::Config(format!("the CA bundle is not valid PEM: {e}")))?;
@@ -227,6 +317,7 @@ impl ClientBuilder {
                 http,
                 base,
                 authorization,
+                limits: self.limits,
             }),
             originating_identity: self
                 .originating_identity
@@ -255,6 +346,7 @@ struct Inner {
     http: reqwest::Client,
     base: reqwest::Url,
     authorization: Option<HeaderValue>,
+    limits: BodyLimits,
 }
 
 /// A successful answer: its status, its parsed body and the headers a platform acts on.
@@ -307,6 +399,8 @@ impl Client {
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: url.into(),
+            limits: BodyLimits::default(),
+            address_filter: None,
             auth: None,
             ca_bundle: None,
             insecure_skip_tls_verify: false,
@@ -346,6 +440,7 @@ impl Client {
             &[],
             None::<&()>,
             &[StatusCode::OK],
+            Kind::Catalog,
         )
         .await
     }
@@ -365,6 +460,7 @@ impl Client {
             &query,
             Some(request),
             &ok,
+            Kind::Answer,
         )
         .await
     }
@@ -384,6 +480,7 @@ impl Client {
             &query,
             Some(request),
             &ok,
+            Kind::Answer,
         )
         .await
     }
@@ -404,6 +501,7 @@ impl Client {
             &query,
             None::<&()>,
             &ok,
+            Kind::Answer,
         )
         .await
     }
@@ -419,7 +517,7 @@ impl Client {
         let ok = [StatusCode::OK, StatusCode::CREATED, StatusCode::ACCEPTED];
         let path = binding_path(instance_id, binding_id);
         let query = incomplete(accepts_incomplete);
-        self.call(Method::PUT, &path, &query, Some(request), &ok)
+        self.call(Method::PUT, &path, &query, Some(request), &ok, Kind::Answer)
             .await
     }
 
@@ -434,8 +532,15 @@ impl Client {
         let ok = [StatusCode::OK, StatusCode::ACCEPTED, StatusCode::GONE];
         let path = binding_path(instance_id, binding_id);
         let query = with_plan(incomplete(accepts_incomplete), Some(plan));
-        self.call(Method::DELETE, &path, &query, None::<&()>, &ok)
-            .await
+        self.call(
+            Method::DELETE,
+            &path,
+            &query,
+            None::<&()>,
+            &ok,
+            Kind::Answer,
+        )
+        .await
     }
 
     /// `GET /v2/service_instances/:instance_id` (brokers with `instances_retrievable`).
@@ -446,8 +551,15 @@ impl Client {
     ) -> Result<Response<InstanceResource>, Error> {
         let query = with_plan(Vec::new(), plan);
         let path = instance_path(instance_id);
-        self.call(Method::GET, &path, &query, None::<&()>, &[StatusCode::OK])
-            .await
+        self.call(
+            Method::GET,
+            &path,
+            &query,
+            None::<&()>,
+            &[StatusCode::OK],
+            Kind::Answer,
+        )
+        .await
     }
 
     /// `GET …/service_bindings/:binding_id` (brokers with `bindings_retrievable`).
@@ -459,8 +571,15 @@ impl Client {
     ) -> Result<Response<BindingResource>, Error> {
         let query = with_plan(Vec::new(), plan);
         let path = binding_path(instance_id, binding_id);
-        self.call(Method::GET, &path, &query, None::<&()>, &[StatusCode::OK])
-            .await
+        self.call(
+            Method::GET,
+            &path,
+            &query,
+            None::<&()>,
+            &[StatusCode::OK],
+            Kind::Answer,
+        )
+        .await
     }
 
     /// `GET …/last_operation` of an instance or a binding, once. A 410 Gone (the resource was
@@ -472,8 +591,15 @@ impl Client {
             query.push(("operation", op.clone()));
         }
         let path = format!("{}/last_operation", poll.resource.path());
-        self.call(Method::GET, &path, &query, None::<&()>, &[StatusCode::OK])
-            .await
+        self.call(
+            Method::GET,
+            &path,
+            &query,
+            None::<&()>,
+            &[StatusCode::OK],
+            Kind::Answer,
+        )
+        .await
     }
 
     /// A request to `path_and_query` with the client's authentication and OSB headers, for what
@@ -513,6 +639,7 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&B>,
         ok: &[StatusCode],
+        kind: Kind,
     ) -> Result<Response<T>, Error> {
         let mut url = self.inner.base.clone();
         url.set_path(&format!(
@@ -527,10 +654,7 @@ impl Client {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let transport = |source| Error::Transport {
-            url: shown.clone(),
-            source,
-        };
+        let transport = |source| error::transport(shown.clone(), source);
         let answer = request.send().await.map_err(transport)?;
         let status = answer.status();
         let retry_after = answer
@@ -542,10 +666,34 @@ impl Client {
             .get(headers::REQUEST_IDENTITY)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let bytes = answer.bytes().await.map_err(transport)?;
         if !ok.contains(&status) {
+            // An error answer too long to read is still an error of its status.
+            let bytes = read_at_most(answer, self.inner.limits.error)
+                .await
+                .map_err(transport)?
+                .unwrap_or_default();
             return Err(BrokerError::new(status, &bytes, retry_after).into());
         }
+        let (limit, what) = match kind {
+            Kind::Catalog => (self.inner.limits.catalog, "a catalog"),
+            Kind::Answer => (self.inner.limits.answer, "an answer"),
+        };
+        let declared = answer.content_length();
+        let Some(bytes) = read_at_most(answer, limit).await.map_err(transport)? else {
+            // Read as a body that is not a valid OSB answer, so that a platform treats it as
+            // one (orphan mitigation after a 201 or 202).
+            return Err(Error::InvalidResponse {
+                status,
+                message: format!(
+                    "the body is larger than the {limit} bytes this client reads of {what} from \
+                     the broker at {shown}{}",
+                    declared
+                        .filter(|&n| n > limit)
+                        .map(|n| format!(" (Content-Length: {n})"))
+                        .unwrap_or_default()
+                ),
+            });
+        };
         // A 410 on delete and some brokers' synchronous answers carry no body: read it as `{}`.
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
@@ -563,6 +711,27 @@ impl Client {
             request_identity,
         })
     }
+}
+
+/// The body of `answer` if it has at most `limit` bytes, else `None`, having read at most
+/// `limit` bytes of it: a `Content-Length` above the limit ends it before anything is read, and
+/// the read stops as soon as the body passes the limit (the connection is then closed).
+async fn read_at_most(
+    mut answer: reqwest::Response,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    if answer.content_length().is_some_and(|n| n > limit) {
+        return Ok(None);
+    }
+    let expected = answer.content_length().unwrap_or(0).min(limit);
+    let mut body = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+    while let Some(chunk) = answer.chunk().await? {
+        if (body.len() + chunk.len()) as u64 > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
 }
 
 /// The `X-Broker-API-Version` this client speaks.
@@ -646,5 +815,218 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(parse_retry_after(&header("soon")), None);
+    }
+
+    /// A broker on loopback that answers every request with `head` (status line and headers)
+    /// and then `chunks` chunks of `chunk` bytes each, `pause` apart, until the client hangs up;
+    /// returns its URL and the count of body bytes it managed to write.
+    async fn raw_broker(
+        head: &'static str,
+        chunk: usize,
+        chunks: usize,
+        pause: Duration,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let counted = sent.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if socket.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let data = vec![b' '; chunk];
+                    for _ in 0..chunks {
+                        if socket.write_all(&data).await.is_err() {
+                            return;
+                        }
+                        counted.fetch_add(chunk, Ordering::SeqCst);
+                        if !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                });
+            }
+        });
+        (url, sent)
+    }
+
+    const MIB: usize = 1 << 20;
+
+    #[tokio::test]
+    async fn a_catalog_longer_than_the_limit_is_cut_off_while_it_streams() {
+        // 120 MiB without a Content-Length: the body ends when the broker hangs up.
+        let (url, sent) = raw_broker(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
+            64 << 10,
+            120 * 16,
+            Duration::ZERO,
+        )
+        .await;
+        let client = Client::builder(&url)
+            .body_limits(BodyLimits {
+                catalog: MIB as u64,
+                ..BodyLimits::default()
+            })
+            .build()
+            .unwrap();
+        let e = client.catalog().await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, Error::InvalidResponse { status, .. } if status == StatusCode::OK),
+            "{e:?}"
+        );
+        assert!(
+            text.contains("larger than the 1048576 bytes") && text.contains(&url),
+            "{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let written = sent.load(std::sync::atomic::Ordering::SeqCst);
+        // The client stopped reading at the limit: the broker could not write much more than
+        // what the sockets' buffers hold.
+        assert!(written < 32 * MIB, "the broker wrote {written} bytes");
+    }
+
+    #[tokio::test]
+    async fn an_honest_content_length_over_the_limit_fails_before_the_body_is_read() {
+        let (url, sent) = raw_broker(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 125829120\r\n\r\n",
+            64 << 10,
+            120 * 16,
+            Duration::from_millis(10),
+        )
+        .await;
+        let client = Client::builder(&url).build().unwrap();
+        let e = client.catalog().await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("larger than the 8388608 bytes")
+                && text.contains("Content-Length: 125829120"),
+            "{text}"
+        );
+        assert!(sent.load(std::sync::atomic::Ordering::SeqCst) < 4 * MIB);
+    }
+
+    #[tokio::test]
+    async fn other_answers_have_their_own_smaller_limit() {
+        let (url, _) = raw_broker(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
+            64 << 10,
+            64,
+            Duration::ZERO,
+        )
+        .await;
+        let client = Client::builder(&url).build().unwrap();
+        let request = crate::messages::ProvisionRequest::default();
+        let e = client.provision("i-1", &request, true).await.unwrap_err();
+        // A 201 with an unreadable body, as orphan mitigation wants to know it.
+        assert!(
+            matches!(&e, Error::InvalidResponse { status, message } if *status == StatusCode::CREATED
+                && message.contains("larger than the 1048576 bytes")),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_too_long_to_read_keeps_its_status() {
+        let (url, _) = raw_broker(
+            "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\r\n",
+            64 << 10,
+            64,
+            Duration::ZERO,
+        )
+        .await;
+        let client = Client::builder(&url).build().unwrap();
+        let e = client.catalog().await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Broker(b) if b.status == StatusCode::SERVICE_UNAVAILABLE
+                && b.description.is_none()),
+            "{e:?}"
+        );
+        assert!(e.is_transient());
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_trickles_its_answer_is_cut_off_at_the_timeout() {
+        // One byte every 100 ms: no read ever waits long, the whole answer would take hours.
+        let (url, _) = raw_broker(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
+            1,
+            100_000,
+            Duration::from_millis(100),
+        )
+        .await;
+        let client = Client::builder(&url)
+            .timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let e = client.catalog().await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(&e, Error::Transport { source, .. } if source.is_timeout()),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("did not answer in time"), "{e}");
+    }
+
+    fn no_loopback() -> AddressFilter {
+        AddressFilter::new(|a| !a.ip().to_canonical().is_loopback())
+    }
+
+    #[tokio::test]
+    async fn a_refused_address_is_never_connected_to() {
+        let (url, sent) = raw_broker(
+            "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n",
+            14,
+            1,
+            Duration::ZERO,
+        )
+        .await;
+        // An IP address in the URL: refused when the client is built.
+        let e = Client::builder(&url)
+            .connect_only_to(no_loopback())
+            .build()
+            .unwrap_err();
+        assert!(matches!(e, Error::AddressRefused { .. }), "{e:?}");
+        // A name that resolves to a refused address: refused before connecting.
+        let port = url.rsplit(':').next().unwrap();
+        let named = Client::builder(format!("http://localhost:{port}"))
+            .connect_only_to(no_loopback())
+            .build()
+            .unwrap();
+        let e = named.catalog().await.unwrap_err();
+        assert!(
+            matches!(&e, Error::AddressRefused { address, .. } if address.ip().is_loopback()),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("may not connect"), "{e}");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // The same name through a filter that accepts it: connected.
+        let accepted = Client::builder(format!("http://localhost:{port}"))
+            .connect_only_to(AddressFilter::new(|_| true))
+            .build()
+            .unwrap();
+        let e = accepted.catalog().await.unwrap_err();
+        assert!(matches!(e, Error::InvalidResponse { .. }), "{e:?}");
     }
 }

@@ -1,8 +1,10 @@
 //! `brokkr controller`: brokkr's Kubernetes controllers against the cluster that KUBECONFIG (or
 //! the in-cluster configuration) names, as kubectl finds it; one replica at a time reconciles,
 //! elected on a coordination.k8s.io Lease; `/healthz`, `/readyz` and Prometheus `/metrics`.
+//! What a broker may cost it (body sizes, time, catalog size) and where a namespaced
+//! ServiceBroker may point it (the URL policy) are set by flags.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -12,9 +14,12 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use brokkr_controller::broker::BrokerPolicy;
 use brokkr_controller::lease::LeaseLock;
 use brokkr_controller::metrics::Metrics;
 use brokkr_controller::resources::ClusterServiceBroker;
+use brokkr_controller::url_policy::UrlPolicy;
+use brokkr_osb::client::BodyLimits;
 use clap::Args;
 use futures::FutureExt as _;
 use prometheus_client::registry::Registry;
@@ -52,6 +57,43 @@ pub struct ControllerArgs {
     /// ServiceInstance for its class and plan to appear in a catalog, before it fails.
     #[arg(long, env = "BROKKR_WAIT_TIMEOUT", default_value = "1h", value_parser = crate::config::parse_duration)]
     wait_timeout: Duration,
+    /// The most bytes read of a broker's catalog (`8Mi`, `512Ki` or a number of bytes).
+    #[arg(long, env = "BROKKR_BROKER_MAX_CATALOG_BYTES", default_value = "8Mi", value_parser = parse_size)]
+    broker_max_catalog_bytes: u64,
+    /// The most bytes read of a broker's other answers (operations, bindings with their
+    /// credentials, fetched instances and bindings).
+    #[arg(long, env = "BROKKR_BROKER_MAX_ANSWER_BYTES", default_value = "1Mi", value_parser = parse_size)]
+    broker_max_answer_bytes: u64,
+    /// The most bytes read of a broker's error answer (a longer one counts as an error of its
+    /// status without a description).
+    #[arg(long, env = "BROKKR_BROKER_MAX_ERROR_BYTES", default_value = "64Ki", value_parser = parse_size)]
+    broker_max_error_bytes: u64,
+    /// The time limit of one call to a broker, its whole answer included.
+    #[arg(long, env = "BROKKR_BROKER_TIMEOUT", default_value = "60s", value_parser = crate::config::parse_duration)]
+    broker_timeout: Duration,
+    /// The most service offerings one broker's catalog may list; a larger catalog is refused.
+    #[arg(long, env = "BROKKR_MAX_CATALOG_SERVICES", default_value_t = BrokerPolicy::DEFAULT_MAX_SERVICES)]
+    max_catalog_services: usize,
+    /// The most plans one broker's catalog may list (over all its services).
+    #[arg(long, env = "BROKKR_MAX_CATALOG_PLANS", default_value_t = BrokerPolicy::DEFAULT_MAX_PLANS)]
+    max_catalog_plans: usize,
+    /// How many catalogs the controller reads and writes at once (each may hold up to
+    /// --broker-max-catalog-bytes in memory).
+    #[arg(long, env = "BROKKR_MAX_CONCURRENT_CATALOGS", default_value = "4", value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_catalogs: u16,
+    /// Networks (`10.0.0.0/8`), addresses or host names namespaced ServiceBrokers may use
+    /// although the default policy refuses them (loopback, link-local, the controller's own
+    /// addresses); comma-separated or repeated.
+    #[arg(long, env = "BROKKR_BROKER_URL_ALLOW", value_delimiter = ',')]
+    broker_url_allow: Vec<String>,
+    /// Networks or addresses namespaced ServiceBrokers may never use, whatever
+    /// --broker-url-allow says; comma-separated or repeated.
+    #[arg(long, env = "BROKKR_BROKER_URL_DENY", value_delimiter = ',')]
+    broker_url_deny: Vec<String>,
+    /// This pod's IP addresses, refused to namespaced brokers (in a Deployment, from the
+    /// downward API's `status.podIPs`); comma-separated.
+    #[arg(long, env = "POD_IPS", value_delimiter = ',')]
+    pod_ips: Vec<IpAddr>,
     /// Reconcile without leader election (only one replica may run).
     #[arg(long)]
     no_leader_election: bool,
@@ -78,6 +120,8 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         http::header::USER_AGENT,
         http::HeaderValue::from_static(concat!("brokkr-controller/", env!("CARGO_PKG_VERSION"))),
     ));
+    let api_server = config.cluster_url.host().map(str::to_owned);
+    let brokers = broker_policy(&args, api_server.as_deref()).await?;
     let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -119,6 +163,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         metrics,
         cluster_id,
         wait_timeout: args.wait_timeout,
+        brokers,
         ..brokkr_controller::Context::new(client.clone())
     };
     // Whose identity is forwarded to brokers: only one the API server checked.
@@ -155,6 +200,66 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     info!("controllers stopped");
     http.abort();
     Ok(())
+}
+
+/// The bounds of broker calls and the URL policy of namespaced brokers, from the flags. The
+/// policy refuses, besides its defaults, the controller's own addresses: its pod's IPs, its
+/// listening socket, and the API server's addresses.
+async fn broker_policy(args: &ControllerArgs, api_server: Option<&str>) -> Result<BrokerPolicy> {
+    let mut urls = UrlPolicy::default();
+    for entry in &args.broker_url_allow {
+        urls.allow(entry).context("--broker-url-allow")?;
+    }
+    for entry in &args.broker_url_deny {
+        urls.deny(entry).context("--broker-url-deny")?;
+    }
+    for ip in &args.pod_ips {
+        urls.own_address(*ip);
+    }
+    urls.own_socket(args.listen);
+    if let Some(host) = api_server {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        // Best effort: a name that does not resolve here is not one the controller reaches.
+        if let Ok(found) = tokio::net::lookup_host((host, 0)).await {
+            for address in found {
+                urls.own_address(address.ip());
+            }
+        }
+    }
+    Ok(BrokerPolicy {
+        body_limits: BodyLimits {
+            catalog: args.broker_max_catalog_bytes,
+            answer: args.broker_max_answer_bytes,
+            error: args.broker_max_error_bytes,
+        },
+        timeout: args.broker_timeout,
+        max_services: args.max_catalog_services,
+        max_plans: args.max_catalog_plans,
+        namespaced_urls: urls,
+        catalog_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(usize::from(
+            args.max_concurrent_catalogs,
+        ))),
+        ..BrokerPolicy::default()
+    })
+}
+
+/// A size in bytes: a number, or a number with `Ki`, `Mi` or `Gi` (optionally followed by `B`).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let number = text.trim_end_matches('B');
+    let (digits, unit) = match number.len().checked_sub(2).map(|at| number.split_at(at)) {
+        Some((digits, "Ki")) => (digits, 1 << 10),
+        Some((digits, "Mi")) => (digits, 1 << 20),
+        Some((digits, "Gi")) => (digits, 1 << 30),
+        _ => (number, 1),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?} is not a size such as 8Mi, 512Ki or 65536"))
 }
 
 /// Returns once the API server serves brokkr's kinds. CRDs that are not there yet (applied
@@ -210,5 +315,22 @@ async fn metrics_text(State(health): State<Arc<Health>>) -> impl IntoResponse {
         )
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_are_bytes_or_binary_multiples() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("64Ki"), Ok(65536));
+        assert_eq!(parse_size("8Mi"), Ok(8 << 20));
+        assert_eq!(parse_size("8MiB"), Ok(8 << 20));
+        assert_eq!(parse_size("1Gi"), Ok(1 << 30));
+        assert!(parse_size("8MB").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
     }
 }

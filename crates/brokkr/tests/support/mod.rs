@@ -147,6 +147,7 @@ pub fn controller(kubeconfig: &Path, log: impl Into<Stdio>) -> Process {
     Process(
         Command::new(BIN)
             .args(["controller", "--no-leader-election"])
+            .args(["--broker-url-allow", "127.0.0.0/8"])
             .args(["--listen", &format!("127.0.0.1:{}", free_port())])
             .env("KUBECONFIG", kubeconfig)
             .env("NO_COLOR", "1")
