@@ -20,6 +20,7 @@ pub mod evaluate;
 pub mod functions;
 pub mod index;
 pub mod load;
+pub mod names;
 mod parse;
 pub mod schema;
 pub mod span;
@@ -32,6 +33,7 @@ pub use config::{
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use index::{Config, PlanEntry};
+pub use names::NamesKey;
 
 /// The built-in quickstart configuration, served by `brokkr serve` (with [`LOCAL`]) when no
 /// `--config` is given.

@@ -12,7 +12,7 @@
 //! cannot add keys, documents or structure. The functions available in expressions are those of
 //! [`crate::functions`]; docs/templates.md describes them for template authors.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value as JValue, value::Serde};
 use rand::SeedableRng;
@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::functions;
+use crate::names::NamesKey;
 
 /// A template that failed to evaluate; the message names the leaf's path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,9 +39,11 @@ const FUEL: u64 = 100_000;
 /// The evaluation environment with brokkr's function library.
 ///
 /// A renderer owns the random generator behind `password`, `pet_name` and certificate serial
-/// numbers; successive renders draw successive values from it.
+/// numbers; successive renders draw successive values from it. `opaque_name` needs the broker's
+/// [`NamesKey`], given once ([`Renderer::set_names_key`]); until then it fails.
 pub struct Renderer {
     env: Environment<'static>,
+    names: Arc<OnceLock<NamesKey>>,
 }
 
 impl Default for Renderer {
@@ -68,8 +71,33 @@ impl Renderer {
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(FUEL));
         env.add_filter("merge", merge);
-        functions::register(&mut env, &Arc::new(Mutex::new(rng)));
-        Self { env }
+        let names = Arc::new(OnceLock::new());
+        functions::register(&mut env, &Arc::new(Mutex::new(rng)), &names);
+        Self { env, names }
+    }
+
+    /// This renderer, with `key` behind `opaque_name`.
+    #[must_use]
+    pub fn with_names_key(self, key: NamesKey) -> Self {
+        // A fresh renderer has no key yet.
+        let _ = self.names.set(key);
+        self
+    }
+
+    /// Gives `opaque_name` its key. A renderer keeps the first key it is given: setting another
+    /// one afterwards fails (names made before would no longer be made again), the same one
+    /// succeeds.
+    pub fn set_names_key(&self, key: NamesKey) -> Result<(), NamesKey> {
+        match self.names.set(key) {
+            Ok(()) => Ok(()),
+            Err(key) if self.names.get() == Some(&key) => Ok(()),
+            Err(key) => Err(key),
+        }
+    }
+
+    /// The key behind `opaque_name`, once given.
+    pub fn names_key(&self) -> Option<&NamesKey> {
+        self.names.get()
     }
 
     /// Renders `tree` with the values of `context` in scope.
@@ -523,6 +551,7 @@ mod tests {
             Some(seed) => Renderer::with_seed(seed.as_u64().unwrap()),
             None => Renderer::new(),
         };
+        let renderer = renderer.with_names_key(crate::NamesKey::RENDER_ONLY);
         let mut ctx = json!({"parameters": ex.get("parameters").cloned().unwrap_or(json!({}))});
         if let Some(extra) = ex.get("context") {
             for (k, v) in extra.as_object().unwrap() {

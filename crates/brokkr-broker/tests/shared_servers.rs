@@ -1,8 +1,9 @@
 //! The shared-server catalog (catalogs/shared) end to end through the OSB API, against the real
 //! PostgreSQL, MariaDB/MySQL and Redis servers of this machine (scripts/test starts them and sets
 //! BROKKR_TEST_{POSTGRES,MYSQL,REDIS}_URL): provision, bind, use the credentials with a real
-//! client, isolation between bindings and instances, unbind, deprovision, and a server that is
-//! down.
+//! client, isolation between bindings and instances, names and records that tell a bound user
+//! no ids, instances made with the names and records of earlier releases, unbind, deprovision,
+//! and a server that is down.
 
 #[macro_use]
 mod harness;
@@ -51,6 +52,11 @@ fn redis_admin() -> String {
 
 /// A broker serving the shared catalog, its admin URLs in files of `dir`.
 async fn broker(dir: &tempfile::TempDir, tweak: impl Fn(String) -> String) -> TestBroker {
+    start_with(Backend::Sqlite, &tweak(shared(dir))).await
+}
+
+/// The shared catalog, its admin URLs in files of `dir`.
+fn shared(dir: &tempfile::TempDir) -> String {
     let mut yaml = SHARED.to_owned();
     for (var, url) in [
         ("BROKKR_SHARED_PG_URL", pg_admin()),
@@ -64,7 +70,7 @@ async fn broker(dir: &tempfile::TempDir, tweak: impl Fn(String) -> String) -> Te
             &format!("url_file: {}", file.display()),
         );
     }
-    start_with(Backend::Sqlite, &tweak(yaml)).await
+    yaml
 }
 
 fn unique(prefix: &str) -> String {
@@ -530,4 +536,358 @@ async fn an_instance_id_crafted_from_another_instances_name_reaches_nothing_of_i
     assert_eq!(rows, ["ssn"]);
     app.close().await.ok();
     broker.deprovision_ok(PG, &victim).await;
+}
+
+/// The shared catalog as it named things before `opaque_name`: from the ids, readable.
+fn old_names(yaml: String) -> String {
+    let old = yaml
+        .replace(
+            "opaque_name('u_', [instance_id, binding_id], 32)",
+            "safe_name('u_' ~ binding_id ~ '_' ~ sha256(instance_id)[:8], 32)",
+        )
+        .replace(
+            "opaque_name('u_', [instance_id, binding_id])",
+            "safe_name('u_' ~ binding_id ~ '_' ~ sha256(instance_id)[:8])",
+        )
+        .replace(
+            "opaque_name('db_', instance_id)",
+            "safe_name('db_' ~ instance_id, 40)",
+        )
+        .replace(
+            "opaque_name('own_', instance_id)",
+            "safe_name('own_' ~ instance_id)",
+        )
+        .replace(
+            "opaque_name('i_', instance_id)",
+            "safe_name('i_' ~ instance_id)",
+        );
+    assert!(!old.contains("{{ opaque_name"), "every name is replaced");
+    old
+}
+
+/// The forms in which `id` could show in a name or record: itself, sanitized as `safe_name`
+/// did, its UUID's first group, and the start of its SHA-256.
+fn id_forms(id: &str) -> Vec<String> {
+    use sha2::Digest as _;
+    let uuid = &id[id.len() - 36..];
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    vec![
+        id.to_owned(),
+        id.replace('-', "_"),
+        uuid[..8].to_owned(),
+        hex,
+    ]
+}
+
+/// Panics when `seen` (what `who` could see) shows any form of any of `ids`.
+fn assert_tells_no_ids(who: &str, seen: &str, ids: &[&str]) {
+    for id in ids {
+        for form in id_forms(id) {
+            assert!(
+                !seen.contains(&form),
+                "{who} sees {form:?} (from id {id:?}) in: {seen}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bound_users_see_no_instance_or_binding_ids() {
+    use redis::AsyncCommands;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, |y| y).await;
+    let (a, b) = (unique("pg-a"), unique("pg-b"));
+    let (ba, bb) = (unique("bind"), unique("bind"));
+    broker.provision_ok(PG, &a, json!({})).await;
+    broker.provision_ok(PG, &b, json!({})).await;
+    let mine = broker.bind_ok(PG, &a, &ba, json!({})).await;
+    broker.bind_ok(PG, &b, &bb, json!({})).await;
+    let ids = [a.as_str(), b.as_str(), ba.as_str(), bb.as_str()];
+    assert_tells_no_ids("the credentials", &mine.to_string(), &ids);
+
+    // PostgreSQL shows every database, every role and every comment on them to anyone.
+    let mut app = PgConnection::connect(s(&mine, "uri")).await.unwrap();
+    let catalogs: Vec<String> = sqlx::query_scalar(
+        "SELECT datname::text || ' ' || coalesce(shobj_description(oid, 'pg_database'), '') \
+           FROM pg_database \
+         UNION ALL \
+         SELECT rolname::text || ' ' || coalesce(shobj_description(oid, 'pg_authid'), '') \
+           FROM pg_roles",
+    )
+    .fetch_all(&mut app)
+    .await
+    .unwrap();
+    let seen = catalogs.join("\n");
+    assert!(
+        seen.contains(s(&mine, "database")),
+        "the listing is complete"
+    );
+    assert_tells_no_ids("a PostgreSQL binding", &seen, &ids);
+    app.close().await.ok();
+    broker.deprovision_ok(PG, &a).await;
+    broker.deprovision_ok(PG, &b).await;
+
+    // MySQL and MariaDB show a user its own databases; brokkr's records are the admin's only,
+    // and name no ids either.
+    let (a, b) = (unique("my-a"), unique("my-b"));
+    let (ba, bb) = (unique("bind"), unique("bind"));
+    broker.provision_ok(MYSQL, &a, json!({})).await;
+    broker.provision_ok(MYSQL, &b, json!({})).await;
+    let mine = broker.bind_ok(MYSQL, &a, &ba, json!({})).await;
+    let theirs = broker.bind_ok(MYSQL, &b, &bb, json!({})).await;
+    let ids = [a.as_str(), b.as_str(), ba.as_str(), bb.as_str()];
+    assert_tells_no_ids("the credentials", &mine.to_string(), &ids);
+    let mut app = MySqlConnection::connect(s(&mine, "uri")).await.unwrap();
+    let mut seen: Vec<String> =
+        sqlx::query_scalar("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+            .fetch_all(&mut app)
+            .await
+            .unwrap();
+    seen.push(
+        sqlx::query_scalar("SELECT CURRENT_USER()")
+            .fetch_one(&mut app)
+            .await
+            .unwrap(),
+    );
+    assert!(
+        sqlx::query("SELECT owner FROM _brokkr.owners")
+            .fetch_all(&mut app)
+            .await
+            .is_err(),
+        "brokkr's records are not the bindings' to read"
+    );
+    assert_tells_no_ids("a MySQL binding", &seen.join("\n"), &ids);
+    app.close().await.ok();
+    let mut admin = MySqlConnection::connect(&mysql_admin()).await.unwrap();
+    let records: Vec<String> =
+        sqlx::query_scalar("SELECT owner FROM _brokkr.owners WHERE name IN (?, ?, ?, ?)")
+            .bind(s(&mine, "database"))
+            .bind(s(&mine, "username"))
+            .bind(s(&theirs, "database"))
+            .bind(s(&theirs, "username"))
+            .fetch_all(&mut admin)
+            .await
+            .unwrap();
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_tells_no_ids("MySQL's owner records", &records.join("\n"), &ids);
+    broker.deprovision_ok(MYSQL, &a).await;
+    broker.deprovision_ok(MYSQL, &b).await;
+
+    // Redis: a binding sees its own user name and key prefix (its credentials) and nothing of
+    // others' (see redis_bindings_learn_nothing_about_other_instances); the records name no ids.
+    let (a, b) = (unique("rd-a"), unique("rd-b"));
+    let (ba, bb) = (unique("bind"), unique("bind"));
+    broker.provision_ok(REDIS, &a, json!({})).await;
+    broker.provision_ok(REDIS, &b, json!({})).await;
+    let mine = broker.bind_ok(REDIS, &a, &ba, json!({})).await;
+    let theirs = broker.bind_ok(REDIS, &b, &bb, json!({})).await;
+    let ids = [a.as_str(), b.as_str(), ba.as_str(), bb.as_str()];
+    assert_tells_no_ids("the credentials", &mine.to_string(), &ids);
+    let mut admin = redis::Client::open(redis_admin())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for credentials in [&mine, &theirs] {
+        let prefix = s(credentials, "key-prefix").trim_end_matches(':');
+        for field in [
+            format!("prefix:{prefix}"),
+            format!("user:{}", s(credentials, "username")),
+        ] {
+            let record: String = admin.hget("{brokkr}:owners", &field).await.unwrap();
+            records.push(record);
+        }
+    }
+    assert_tells_no_ids("Redis's owner records", &records.join("\n"), &ids);
+    broker.deprovision_ok(REDIS, &a).await;
+    broker.deprovision_ok(REDIS, &b).await;
+}
+
+/// Rewrites the owner records of an instance's database (or prefix) `of` and of its binding's
+/// `user` in the form brokkr wrote before marks, with the ids.
+async fn make_records_old(server: &str, of: &str, user: &str, instance: &str, binding: &str) {
+    let instance_record = json!({"of": of, "instance": instance}).to_string();
+    let binding_record = json!({"of": of, "instance": instance, "binding": binding}).to_string();
+    match server {
+        "postgres" => {
+            let mut admin = PgConnection::connect(&pg_admin()).await.unwrap();
+            let owner: String = sqlx::query_scalar(
+                "SELECT pg_get_userbyid(datdba)::text FROM pg_database WHERE datname = $1",
+            )
+            .bind(of)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+            for (role, record) in [(owner.as_str(), &instance_record), (user, &binding_record)] {
+                let comment: String = sqlx::query_scalar(
+                    "SELECT format('COMMENT ON ROLE %I IS %L', $1::text, $2::text)",
+                )
+                .bind(role)
+                .bind(record)
+                .fetch_one(&mut admin)
+                .await
+                .unwrap();
+                sqlx::raw_sql(sqlx::AssertSqlSafe(comment))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+            }
+        }
+        "mysql" => {
+            let mut admin = MySqlConnection::connect(&mysql_admin()).await.unwrap();
+            for (kind, name, record) in [
+                ("database", of, &instance_record),
+                ("user", user, &binding_record),
+            ] {
+                let done =
+                    sqlx::query("UPDATE _brokkr.owners SET owner = ? WHERE kind = ? AND name = ?")
+                        .bind(record)
+                        .bind(kind)
+                        .bind(name)
+                        .execute(&mut admin)
+                        .await
+                        .unwrap();
+                assert_eq!(done.rows_affected(), 1, "{kind} {name}");
+            }
+        }
+        _ => {
+            use redis::AsyncCommands;
+            let mut admin = redis::Client::open(redis_admin())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            for (field, record) in [
+                (format!("prefix:{of}"), &instance_record),
+                (format!("user:{user}"), &binding_record),
+            ] {
+                let new: bool = admin.hset("{brokkr}:owners", &field, record).await.unwrap();
+                assert!(!new, "{field} was recorded");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_named_and_recorded_before_opaque_names_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, old_names).await;
+    let cases = [("postgres", PG), ("mysql", MYSQL), ("redis", REDIS)];
+    let mut before = Vec::new();
+    for (server, plan) in cases {
+        let id = unique("old");
+        broker.provision_ok(plan, &id, json!({})).await;
+        let old = broker.bind_ok(plan, &id, "old", json!({})).await;
+        let of = match server {
+            "redis" => s(&old, "key-prefix").trim_end_matches(':').to_owned(),
+            _ => s(&old, "database").to_owned(),
+        };
+        assert!(
+            of.contains(&id[id.len() - 36..id.len() - 28]),
+            "the old name: {of}"
+        );
+        make_records_old(server, &of, s(&old, "username"), &id, "old").await;
+        before.push((server, plan, id, old, of));
+    }
+
+    // The upgrade: the catalog now names things with opaque_name.
+    broker.replace_config(&shared(&dir));
+    for (server, plan, id, old, of) in before {
+        let new = broker.bind_ok(plan, &id, "new", json!({})).await;
+        assert_ne!(new["username"], old["username"]);
+        match server {
+            "postgres" => {
+                assert_eq!(s(&new, "database"), of, "the instance keeps its database");
+                let mut conn = PgConnection::connect(s(&new, "uri")).await.unwrap();
+                sqlx::raw_sql("CREATE TABLE t (n int)")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                conn.close().await.ok();
+            }
+            "mysql" => {
+                assert_eq!(s(&new, "database"), of, "the instance keeps its database");
+                let mut conn = MySqlConnection::connect(s(&new, "uri")).await.unwrap();
+                sqlx::raw_sql("CREATE TABLE t (n int)")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                conn.close().await.ok();
+            }
+            _ => {
+                assert_eq!(
+                    s(&new, "key-prefix"),
+                    format!("{of}:"),
+                    "the instance keeps its prefix"
+                );
+                let mut conn = redis_login(&new).await.unwrap();
+                let _: () = redis::AsyncCommands::set(&mut conn, format!("{of}:k"), 1)
+                    .await
+                    .unwrap();
+            }
+        }
+        // The binding recorded the old way is unbound, its login gone.
+        broker.unbind_ok(plan, &id, "old").await;
+        let old_login = match server {
+            "postgres" => PgConnection::connect(s(&old, "uri"))
+                .await
+                .map(drop)
+                .is_ok(),
+            "mysql" => MySqlConnection::connect(s(&old, "uri"))
+                .await
+                .map(drop)
+                .is_ok(),
+            _ => redis_login(&old).await.is_ok(),
+        };
+        assert!(!old_login, "{server}: the old binding's login is gone");
+        // Deprovision takes the database (or keys) and the new binding's login with it.
+        broker.deprovision_ok(plan, &id).await;
+        let new_login = match server {
+            "postgres" => PgConnection::connect(s(&new, "uri"))
+                .await
+                .map(drop)
+                .is_ok(),
+            "mysql" => MySqlConnection::connect(s(&new, "uri"))
+                .await
+                .map(drop)
+                .is_ok(),
+            _ => redis_login(&new).await.is_ok(),
+        };
+        assert!(!new_login, "{server}: the new binding's login is gone");
+        let gone = match server {
+            "postgres" => {
+                let mut admin = PgConnection::connect(&pg_admin()).await.unwrap();
+                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_database WHERE datname = $1")
+                    .bind(&of)
+                    .fetch_one(&mut admin)
+                    .await
+                    .unwrap()
+                    == 0
+            }
+            "mysql" => {
+                let mut admin = MySqlConnection::connect(&mysql_admin()).await.unwrap();
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+                )
+                .bind(&of)
+                .fetch_one(&mut admin)
+                .await
+                .unwrap()
+                    == 0
+            }
+            _ => {
+                let mut admin = redis::Client::open(redis_admin())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                !redis::AsyncCommands::exists::<_, bool>(&mut admin, format!("{of}:k"))
+                    .await
+                    .unwrap()
+            }
+        };
+        assert!(gone, "{server}: the instance's data is gone");
+    }
 }

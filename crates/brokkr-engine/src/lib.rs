@@ -26,7 +26,7 @@ pub use model::{
     Action, Attrs, Event, Key, OpKind, OpPlan, OpStep, Operation, Orphan, Outputs, PlanError,
     PreviousOperation, Resource, Status, TargetAction, Update,
 };
-pub use runner::{Engine, EngineOptions};
+pub use runner::{Engine, EngineOptions, NAMES_KEY_SETTING};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};
 
 /// Step kinds every engine offers, besides those registered with [`Engine::register`].

@@ -39,6 +39,7 @@ pub mod redis;
 mod sql;
 
 pub use admin_url::AdminUrl;
+pub use brokkr_blueprint::NamesKey;
 
 /// Why a target call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +63,8 @@ pub enum Readiness {
 
 /// Whom a target call is for: the instance (and binding) and the step whose resources it
 /// handles. Targets that label or group what they create (Kubernetes) use it; others may not.
+/// The shared-server targets mark what they create with keyed hashes of the ids under
+/// `names_key`, never with the ids themselves.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope<'a> {
     /// The instance id.
@@ -76,6 +79,8 @@ pub struct Scope<'a> {
     pub step: &'a str,
     /// The OSB `context` of the instance (`namespace`, `platform`, …).
     pub context: &'a Value,
+    /// The broker's names key, for the marks of owner records on shared servers.
+    pub names_key: &'a NamesKey,
 }
 
 /// A place where resources are created.

@@ -38,7 +38,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{AssertSqlSafe, Connection, Executor};
 use tracing::warn;
 
-use crate::owner::Owner;
+use crate::owner::{Owner, Record};
 use crate::sql::{Access, admin_options, classify, connect_within};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
@@ -146,7 +146,11 @@ impl Mysql {
                 return Ok(());
             }
             release(admin, kind, name).await.map_err(e)?;
-        } else if owned_by(admin, kind, name).await.map_err(e)?.as_ref() == Some(owner) {
+        } else if owned_by(admin, kind, name)
+            .await
+            .map_err(e)?
+            .is_some_and(|found| owner.owns(Some(&found)))
+        {
             return Ok(());
         }
         Err(owner.refusal(&self.name, &format!("{} {name}", kind.as_str())))
@@ -161,7 +165,7 @@ impl Mysql {
         owner: &Owner,
     ) -> Result<bool, sqlx::Error> {
         match owned_by(admin, kind, name).await? {
-            Some(found) if found == *owner => Ok(true),
+            Some(found) if owner.owns(Some(&found)) => Ok(true),
             found => {
                 if found.is_some() || kind.exists(admin, name).await? {
                     warn!(target = %self.name, kind = kind.as_str(), name,
@@ -224,7 +228,7 @@ impl Mysql {
                 .fetch_all(&mut *admin)
                 .await?;
         for (user, claim) in users {
-            if Owner::parse(&claim).is_some_and(|o| o.is_binding_of(owner)) {
+            if Record::parse(&claim).is_some_and(|o| o.is_binding_of(owner)) {
                 Self::delete_user(admin, &user).await?;
             }
         }
@@ -278,11 +282,10 @@ impl Target for Mysql {
                 access,
             } => {
                 let instance = Owner::instance(&database, scope);
-                if owned_by(admin, Kind::Database, &database)
+                let claim = owned_by(admin, Kind::Database, &database)
                     .await
-                    .map_err(|e| self.err(&e))?
-                    != Some(instance.clone())
-                {
+                    .map_err(|e| self.err(&e))?;
+                if !instance.owns(claim.as_deref()) {
                     return Err(instance.refusal(&self.name, &format!("database {database}")));
                 }
                 let owner = Owner::binding(&database, scope);
@@ -381,19 +384,17 @@ impl Kind {
     }
 }
 
-/// Who claimed `name` of `kind`, if anyone.
+/// The owner record of the claim on `name` of `kind`, if anyone claimed it.
 async fn owned_by(
     admin: &mut MySqlConnection,
     kind: Kind,
     name: &str,
-) -> Result<Option<Owner>, sqlx::Error> {
-    let claim: Option<String> =
-        sqlx::query_scalar("SELECT owner FROM _brokkr.owners WHERE kind = ? AND name = ?")
-            .bind(kind.as_str())
-            .bind(name)
-            .fetch_optional(admin)
-            .await?;
-    Ok(claim.as_deref().and_then(Owner::parse))
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT owner FROM _brokkr.owners WHERE kind = ? AND name = ?")
+        .bind(kind.as_str())
+        .bind(name)
+        .fetch_optional(admin)
+        .await
 }
 
 /// Forgets the claim on `name` of `kind`.

@@ -25,8 +25,10 @@
 //! sessions, drops it with every binding role still marked as its own, then its owner.
 //!
 //! brokkr never takes over what it did not create. Each role it creates carries, from the
-//! transaction that creates it, a comment naming the database, instance and binding it was made
-//! for (its owner record); a database is the instance's when its owner role is. Applying a resource
+//! transaction that creates it, a comment naming the database it was made for and marking the
+//! instance and binding (its owner record: keyed hashes, never the ids, since every user of the
+//! server can read role comments; see [`crate::owner`]); a database is the instance's when its
+//! owner role is. Applying a resource
 //! whose role or database exists without this instance's (or binding's) record fails, and
 //! deleting one leaves it alone, so two instances that were given the same names cannot reach
 //! each other's data. Grants and role changes for one database are serialized with an advisory
@@ -45,7 +47,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{AssertSqlSafe, Connection, PgExecutor};
 use tracing::warn;
 
-use crate::owner::Owner;
+use crate::owner::{Owner, Record};
 use crate::sql::{Access, admin_options, classify, connect_within, has_code};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
 
@@ -154,9 +156,10 @@ impl Postgres {
         comment: Option<&str>,
         expected: &Owner,
     ) -> Result<(), TargetError> {
-        match comment.and_then(Owner::parse) {
-            Some(found) if found == *expected => Ok(()),
-            _ => Err(expected.refusal(&self.name, &format!("role {name}"))),
+        if expected.owns(comment) {
+            Ok(())
+        } else {
+            Err(expected.refusal(&self.name, &format!("role {name}")))
         }
     }
 
@@ -249,7 +252,7 @@ impl Postgres {
             .map_err(e)?
             .flatten();
         let record = Owner::instance(database, scope);
-        if comment.as_deref().and_then(Owner::parse) != Some(record.clone()) {
+        if !record.owns(comment.as_deref()) {
             return Err(record.refusal(&self.name, &format!("database {database}")));
         }
         Ok(owner)
@@ -336,7 +339,7 @@ impl Postgres {
         let Some(comment) = role_comment(&mut *admin, name).await? else {
             return Ok(());
         };
-        if comment.as_deref().and_then(Owner::parse) != Some(Owner::binding(database, scope)) {
+        if !Owner::binding(database, scope).owns(comment.as_deref()) {
             warn!(target = %self.name, role = name, "role not created by brokkr for this binding: left in place");
             return Ok(());
         }
@@ -373,7 +376,7 @@ impl Postgres {
         let owner_comment = role_comment(&mut *admin, owner).await?;
         let owned = match &owner_comment {
             None => false,
-            Some(found) => found.as_deref().and_then(Owner::parse) == Some(record.clone()),
+            Some(found) => record.owns(found.as_deref()),
         };
         if owner_comment.is_some() && !owned {
             warn!(target = %self.name, role = owner, database = name,
@@ -392,7 +395,7 @@ impl Postgres {
         .fetch_all(&mut *admin)
         .await?;
         for (role, comment) in marked {
-            if Owner::parse(&comment).is_some_and(|m| m.is_binding_of(&record)) {
+            if Record::parse(&comment).is_some_and(|m| m.is_binding_of(&record)) {
                 terminate(&mut *admin, "usename", &role).await?;
                 run(admin, "DROP ROLE IF EXISTS %I", &[&role]).await?;
             }

@@ -41,7 +41,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tracing::warn;
 
-use crate::owner::Owner;
+use crate::owner::{Owner, Record};
 use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_secret, parse};
 
 /// Longest prefix or user name accepted.
@@ -223,13 +223,11 @@ impl Redis {
         result.map_err(|e| self.err(&e))
     }
 
-    /// Who claimed `name` of `kind`, if anyone.
-    async fn owner(&self, kind: Kind, name: &str) -> Result<Option<Owner>, TargetError> {
+    /// The owner record of the claim on `name` of `kind`, if anyone claimed it.
+    async fn owner(&self, kind: Kind, name: &str) -> Result<Option<String>, TargetError> {
         let field = kind.field(name);
-        let claim: Option<String> = self
-            .with_admin(async |c| c.hget(OWNERS, &field).await)
-            .await?;
-        Ok(claim.as_deref().and_then(Owner::parse))
+        self.with_admin(async |c| c.hget(OWNERS, &field).await)
+            .await
     }
 
     /// Claims `name` of `kind` for `owner`; fails when another owns it, or when it exists
@@ -248,7 +246,7 @@ impl Redis {
                 return Ok(());
             }
             self.release(kind, name).await?;
-        } else if self.owner(kind, name).await?.as_ref() == Some(owner) {
+        } else if owner.owns(self.owner(kind, name).await?.as_deref()) {
             return Ok(());
         }
         Err(owner.refusal(&self.name, &format!("{} {name}", kind.as_str())))
@@ -257,7 +255,7 @@ impl Redis {
     /// Whether `name` of `kind` is `owner`'s; says so in the log when it is not.
     async fn is_own(&self, kind: Kind, name: &str, owner: &Owner) -> Result<bool, TargetError> {
         match self.owner(kind, name).await? {
-            Some(found) if found == *owner => Ok(true),
+            Some(found) if owner.owns(Some(&found)) => Ok(true),
             found => {
                 let exists = self
                     .with_admin(async |c| kind.exists(c, name).await)
@@ -342,7 +340,7 @@ impl Target for Redis {
                 commands,
             } => {
                 let instance = Owner::instance(&prefix, scope);
-                if self.owner(Kind::Prefix, &prefix).await? != Some(instance.clone()) {
+                if !instance.owns(self.owner(Kind::Prefix, &prefix).await?.as_deref()) {
                     return Err(instance.refusal(&self.name, &format!("prefix {prefix}")));
                 }
                 self.claim(Kind::User, &name, &Owner::binding(&prefix, scope))
@@ -386,7 +384,7 @@ impl Target for Redis {
                     let Some(user) = field.strip_prefix(Kind::User.field_prefix()) else {
                         continue;
                     };
-                    if Owner::parse(&claim).is_some_and(|o| o.is_binding_of(&instance)) {
+                    if Record::parse(&claim).is_some_and(|o| o.is_binding_of(&instance)) {
                         self.delete_user(user).await?;
                     }
                 }

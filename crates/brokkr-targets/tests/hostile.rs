@@ -7,7 +7,7 @@ use std::time::Duration;
 use brokkr_targets::mysql::Mysql;
 use brokkr_targets::postgres::Postgres;
 use brokkr_targets::redis::Redis;
-use brokkr_targets::{AdminUrl, Readiness, Scope, Target, TargetError};
+use brokkr_targets::{AdminUrl, NamesKey, Readiness, Scope, Target, TargetError};
 use serde_json::json;
 use sqlx::{Connection, MySqlConnection, PgConnection};
 
@@ -42,6 +42,7 @@ const SCOPE: Scope<'static> = Scope {
     plan_id: "p",
     step: "step",
     context: &serde_json::Value::Null,
+    names_key: &NamesKey::RENDER_ONLY,
 };
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use brokkr_targets::mysql::Mysql;
 use brokkr_targets::postgres::Postgres;
 use brokkr_targets::redis::Redis;
-use brokkr_targets::{AdminUrl, Readiness, Scope, Target, TargetError};
+use brokkr_targets::{AdminUrl, NamesKey, Readiness, Scope, Target, TargetError};
 use serde_json::{Value, json};
 use sqlx::{Connection, MySqlConnection, PgConnection};
 
@@ -51,7 +51,14 @@ fn scope<'a>(instance: &'a str, binding: Option<&'a str>) -> Scope<'a> {
         plan_id: "p",
         step: "step",
         context: &Value::Null,
+        names_key: names_key(),
     }
+}
+
+/// The names key of this test's broker.
+fn names_key() -> &'static NamesKey {
+    static KEY: OnceLock<NamesKey> = OnceLock::new();
+    KEY.get_or_init(NamesKey::generate)
 }
 
 fn postgres() -> Postgres {

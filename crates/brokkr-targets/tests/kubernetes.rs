@@ -7,7 +7,7 @@ use std::time::Duration;
 use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig, TargetKind};
 use brokkr_fake_kube::FakeCluster;
 use brokkr_targets::kubernetes::{Kubernetes, instance_namespace, label_value};
-use brokkr_targets::{Readiness, Scope, Target, TargetError};
+use brokkr_targets::{NamesKey, Readiness, Scope, Target, TargetError};
 use serde_json::{Value, json};
 
 const INSTANCE: &str = "3f2a9c4e-0b1d-4e5f-8a7b-6c5d4e3f2a10";
@@ -20,6 +20,7 @@ fn scope<'a>(context: &'a Value, step: &'a str) -> Scope<'a> {
         plan_id: "plan-small",
         step,
         context,
+        names_key: &NamesKey::RENDER_ONLY,
     }
 }
 

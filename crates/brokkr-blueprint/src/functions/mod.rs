@@ -16,6 +16,8 @@
 //! | `private_key(kind, bits?)` | a fresh PKCS#8 PEM private key |
 //! | `certificate(key, cn, lifetime?, usage?, sans?, ca_key?, ca_cert?)` | a PEM X.509 certificate |
 //! | `b64encode`, `b64decode`, `tojson`, `sha256`, `upper`, `lower` | string transforms |
+//! | `safe_name(text, max_len?)` | `text` as a database-safe identifier |
+//! | `opaque_name(prefix, value, max_len?)` | `prefix` and a keyed hash of `value`: a name that tells nothing about `value` |
 //!
 //! Randomness comes from one ChaCha20 generator per renderer: seeded from the operating system by
 //! default, or from a fixed seed ([`Renderer::with_seed`](crate::template::Renderer::with_seed)) so
@@ -28,13 +30,17 @@
 //!
 //! The functions live by kind: `lookup` (`param`, `registry`, `required`), `random`
 //! (`password`, `pet_name`), `pki` (`private_key`, `certificate`) and `transforms` (encodings,
-//! digests, `safe_name`, case). This module registers them and binds their arguments.
+//! digests, `safe_name`, `opaque_name`, case). This module registers them and binds their
+//! arguments. `opaque_name` hashes under the broker's [`NamesKey`], which the renderer is given
+//! once (see [`crate::names`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use minijinja::value::{Kwargs, Rest, ValueOrKwargs, from_args};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use rand::rngs::ChaCha20Rng;
+
+use crate::names::NamesKey;
 
 mod lookup;
 mod pki;
@@ -47,7 +53,7 @@ pub use random::{MAX_PASSWORD_LEN, MAX_PET_NAME_WORDS};
 use lookup::{param, registry, required};
 use pki::{certificate, private_key};
 use random::{password, pet_name};
-use transforms::{b64decode, b64encode, lower, safe_name, sha256, tojson, upper};
+use transforms::{b64decode, b64encode, lower, opaque_name, safe_name, sha256, tojson, upper};
 
 /// The names of every function this module adds to the template environment.
 pub const FUNCTIONS: &[&str] = &[
@@ -63,6 +69,7 @@ pub const FUNCTIONS: &[&str] = &[
     "tojson",
     "sha256",
     "safe_name",
+    "opaque_name",
     "upper",
     "lower",
 ];
@@ -76,8 +83,13 @@ fn lock(rng: &SharedRng) -> std::sync::MutexGuard<'_, ChaCha20Rng> {
     rng.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Adds the function library to `env`; `rng` feeds `password`, `pet_name` and serial numbers.
-pub(crate) fn register(env: &mut Environment<'static>, rng: &SharedRng) {
+/// Adds the function library to `env`; `rng` feeds `password`, `pet_name` and serial numbers,
+/// `names` holds (once given) the key of `opaque_name`.
+pub(crate) fn register(
+    env: &mut Environment<'static>,
+    rng: &SharedRng,
+    names: &Arc<OnceLock<NamesKey>>,
+) {
     env.add_function("param", param);
     env.add_function("registry", registry);
 
@@ -91,6 +103,10 @@ pub(crate) fn register(env: &mut Environment<'static>, rng: &SharedRng) {
     });
     env.add_function("private_key", private_key);
     env.add_function("safe_name", safe_name);
+    let n = names.clone();
+    env.add_function("opaque_name", move |args: Rest<ValueOrKwargs>| {
+        opaque_name(n.get(), args)
+    });
     let r = rng.clone();
     let cert = move |args: Rest<ValueOrKwargs>| certificate(&r, args);
     env.add_function("certificate", cert.clone());
@@ -241,12 +257,17 @@ mod tests {
         r.render(&json!(expr), &json!({ "parameters": params }))
     }
 
+    /// A renderer with the public render-only names key.
+    fn renderer() -> Renderer {
+        Renderer::new().with_names_key(crate::NamesKey::RENDER_ONLY)
+    }
+
     pub(super) fn ok(expr: &str, params: Json) -> Json {
-        eval(&Renderer::new(), expr, params).unwrap()
+        eval(&renderer(), expr, params).unwrap()
     }
 
     pub(super) fn err(expr: &str, params: Json) -> String {
-        eval(&Renderer::new(), expr, params).unwrap_err().message
+        eval(&renderer(), expr, params).unwrap_err().message
     }
 
     pub(super) fn text(expr: &str) -> String {
@@ -293,6 +314,8 @@ mod tests {
             "{{ b64decode(parameters.s) }}",
             "{{ b64encode(parameters.n) }}",
             "{{ sha256(parameters.list) }}",
+            "{{ opaque_name(parameters.s, 'x') }}",
+            "{{ opaque_name('p_', parameters.s, parameters.s) }}",
             "{{ upper(parameters.n) }}",
             "{{ required(parameters.n.nope) }}",
             "{{ param(parameters.list) }}",

@@ -1,4 +1,5 @@
-//! Transforms of one string: base64, JSON text, SHA-256, database-safe names and case.
+//! Transforms of one string: base64, JSON text, SHA-256, database-safe names, opaque names and
+//! case.
 
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -6,6 +7,7 @@ use minijinja::value::{Rest, ValueOrKwargs};
 use minijinja::{Error, Value};
 
 use super::{Args, fail, one_str};
+use crate::names::{MIN_DIGEST_CHARS, NamesKey};
 
 /// Standard base64 alphabet; padding optional when decoding.
 const BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -81,6 +83,69 @@ pub(super) fn safe_name(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     Ok(Value::from(format!("{readable}_{suffix}")))
 }
 
+/// Longest prefix `opaque_name` takes.
+const MAX_OPAQUE_PREFIX: usize = 16;
+
+/// `opaque_name(prefix, value, max_len?)`: `prefix` followed by a lower-case base32 HMAC-SHA256
+/// of `value` (a string, or a list of strings and numbers, hashed as JSON so that list items
+/// never run into each other) under the broker's names key: up to 26 characters (130 bits), as
+/// many as fit in `max_len` (default 63), never fewer than 16 (80 bits). The name is the same on
+/// every replica and after every restart, yet tells nothing about `value` to whoever does not
+/// hold the key. `prefix` is 1 to 16 of lower-case letters, digits and `_`, starting with a
+/// letter, so the name is a valid unquoted identifier on PostgreSQL, MySQL and Redis.
+pub(super) fn opaque_name(
+    key: Option<&NamesKey>,
+    args: Rest<ValueOrKwargs>,
+) -> Result<Value, Error> {
+    let a = Args::bind("opaque_name", &["prefix", "value", "max_len"], args)?;
+    let prefix = a.req_str(0)?;
+    let valid = prefix.len() <= MAX_OPAQUE_PREFIX
+        && prefix.starts_with(|c: char| c.is_ascii_lowercase())
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !valid {
+        return Err(fail(
+            "opaque_name",
+            format!(
+                "`prefix` must be 1 to {MAX_OPAQUE_PREFIX} of a-z, 0-9 and `_`, starting with a \
+                 letter"
+            ),
+        ));
+    }
+    let value = a.req(1)?;
+    let value = serde_json::to_value(value)
+        .ok()
+        .filter(|v| match v {
+            serde_json::Value::String(_) => true,
+            serde_json::Value::Array(items) => items.iter().all(|i| i.is_string() || i.is_number()),
+            _ => false,
+        })
+        .ok_or_else(|| {
+            fail(
+                "opaque_name",
+                "`value` must be a string or a list of strings and numbers",
+            )
+        })?;
+    let max = usize::try_from(a.int_in(2, Some(63), 20..=MAX_SAFE_NAME_LEN)?).unwrap_or(63);
+    let Some(key) = key else {
+        return Err(fail(
+            "opaque_name",
+            "the broker's names key is not loaded (it comes from the store when the engine starts)",
+        ));
+    };
+    key.name(prefix, &value, max)
+        .map(Value::from)
+        .ok_or_else(|| {
+            fail(
+                "opaque_name",
+                format!(
+                    "`max_len` leaves fewer than {MIN_DIGEST_CHARS} characters after the prefix"
+                ),
+            )
+        })
+}
+
 /// `upper(s)`: `s` in upper case (Unicode).
 pub(super) fn upper(value: Value) -> Result<Value, Error> {
     Ok(Value::from(one_str("upper", &value)?.to_uppercase()))
@@ -135,6 +200,59 @@ mod tests {
             );
         }
         assert!(err("{{ safe_name('a', 23) }}", json!({})).contains("24"));
+    }
+
+    // -- opaque_name ------------------------------------------------------------------------
+
+    #[test]
+    fn opaque_names_hide_their_value_and_fit() {
+        let id = "7b7c7c1b-0365-4361-9101-0c7cf2d2a9dc";
+        let p = json!({"id": id, "b": "b-1"});
+        let db = ok("{{ opaque_name('db_', param('/id')) }}", p.clone());
+        let db = db.as_str().unwrap();
+        assert_eq!(db.len(), 29, "{db}");
+        assert!(db.starts_with("db_"));
+        assert!(!db.contains("7b7c") && !db.contains(&id.replace('-', "_")[..8]));
+        assert!(
+            db[3..]
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_eq!(ok("{{ opaque_name('db_', param('/id')) }}", p.clone()), db);
+        let user = ok(
+            "{{ opaque_name('u_', [param('/id'), param('/b')], 20) }}",
+            p.clone(),
+        );
+        assert_eq!(user.as_str().unwrap().len(), 20);
+        assert_ne!(
+            ok(
+                "{{ opaque_name('u_', [param('/id') ~ 'x', param('/b')]) }}",
+                p.clone()
+            ),
+            ok(
+                "{{ opaque_name('u_', [param('/id'), 'x' ~ param('/b')]) }}",
+                p.clone()
+            )
+        );
+        for (expr, says) in [
+            ("{{ opaque_name('Db', 'x') }}", "`prefix`"),
+            ("{{ opaque_name('1_', 'x') }}", "`prefix`"),
+            ("{{ opaque_name('a_very_long_prefix_', 'x') }}", "`prefix`"),
+            ("{{ opaque_name('db_', none) }}", "`value` is required"),
+            ("{{ opaque_name('db_', {'a': 1}) }}", "`value` must be"),
+            ("{{ opaque_name('db_', 'x', 18) }}", "`max_len`"),
+            ("{{ opaque_name('db_abcdefgh', 'x', 24) }}", "fewer than 16"),
+        ] {
+            assert!(err(expr, json!({})).contains(says), "{expr}");
+        }
+    }
+
+    #[test]
+    fn opaque_names_need_the_key() {
+        let e = crate::template::Renderer::new()
+            .render(&json!("{{ opaque_name('db_', 'x') }}"), &json!({}))
+            .unwrap_err();
+        assert!(e.message.contains("names key is not loaded"), "{e}");
     }
 
     // -- transforms -------------------------------------------------------------------------

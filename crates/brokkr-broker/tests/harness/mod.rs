@@ -48,6 +48,7 @@ pub struct TestBroker {
     /// For requests that are deliberately not well-formed OSB, and for the admin API.
     pub client: reqwest::Client,
     store: TestStore,
+    broker: Arc<Broker>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -206,8 +207,9 @@ pub async fn start_with_steps(
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    let served = broker.clone();
     let server = tokio::spawn(async move {
-        axum::serve(listener, brokkr_broker::router(broker))
+        axum::serve(listener, brokkr_broker::router(served))
             .await
             .unwrap();
     });
@@ -220,6 +222,7 @@ pub async fn start_with_steps(
         osb,
         client: reqwest::Client::new(),
         store: test_store,
+        broker,
         server,
     }
 }
@@ -228,6 +231,12 @@ impl TestBroker {
     /// Where the broker's `local` targets keep their servers.
     pub fn local_root(&self) -> std::path::PathBuf {
         self.store.local_root()
+    }
+
+    /// Serves the configuration `yaml` from now on, as a reload of the configuration file does.
+    pub fn replace_config(&self, yaml: &str) {
+        let config = brokkr_blueprint::load::load_str("test.yaml", yaml).expect("valid config");
+        self.broker.replace_config(Arc::new(config));
     }
 
     /// Every byte the store holds about resources: the SQLite files, or the PostgreSQL rows.

@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use brokkr_blueprint::NamesKey;
 use brokkr_blueprint::evaluate::Evaluator;
 use brokkr_blueprint::template::Renderer;
 use brokkr_targets::Targets;
@@ -34,7 +35,10 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::EngineMetrics;
 use crate::model::{Event, Key};
 use crate::step::StepKind;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// The store setting that holds the broker's names key (see [`Engine::names_key`]).
+pub const NAMES_KEY_SETTING: &str = "broker.names_key";
 
 mod evaluate;
 mod failure;
@@ -148,6 +152,32 @@ impl Engine {
                 done: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// The broker's names key, behind `opaque_name` and the marks of owner records on shared
+    /// servers: 32 random bytes made by the first broker that asks and kept in the store's
+    /// settings as [`NAMES_KEY_SETTING`], so every replica on one store, and every restart, has
+    /// the same. It is kept as it is, not sealed with the encryption keys: rotating those never
+    /// changes it, and it hides nothing the store does not already show in plain text (instances'
+    /// ids beside the names made from them).
+    pub async fn names_key(&self) -> Result<&NamesKey, StoreError> {
+        let renderer = &self.inner.evaluator.renderer;
+        if let Some(key) = renderer.names_key() {
+            return Ok(key);
+        }
+        let fresh = NamesKey::generate().to_base64();
+        let stored = self
+            .inner
+            .store
+            .init_setting(NAMES_KEY_SETTING, &fresh)
+            .await?;
+        let key = NamesKey::from_base64(&stored).map_err(|e| StoreError::Corrupt {
+            key: format!("setting {NAMES_KEY_SETTING}"),
+            message: e.to_string(),
+        })?;
+        // Two tasks may load it at once; both read the same stored key.
+        let _ = renderer.set_names_key(key);
+        Ok(renderer.names_key().expect("the names key was just set"))
     }
 
     /// The store the engine runs on.

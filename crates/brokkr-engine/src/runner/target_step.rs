@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use brokkr_blueprint::NamesKey;
 use brokkr_blueprint::evaluate::EvaluationError;
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Map, Value};
@@ -132,7 +133,8 @@ impl Engine {
         let evaluator = &self.inner.evaluator;
         let target = self.target(action, context).map_err(Halt::Fail)?;
         let resources = (evaluator.resources(&action.templates, context)).map_err(unrendered)?;
-        let scope = &scope(r, step, context);
+        let names_key = (self.names_key().await).map_err(|e| Halt::Retry(e.to_string()))?;
+        let scope = &scope(r, step, context, names_key);
         if kind.is_teardown() {
             // What an earlier run of this step deleted is gone: not asked again.
             let mut gone = self.done_before(&r.op.id, &step.name);
@@ -246,12 +248,17 @@ impl Engine {
             return Ok(());
         }
         let context = self.template_context(r, &r.op, None).await?;
+        let names_key = self.names_key().await?;
         let mut published = Vec::new();
         for (step, action, secret) in steps {
             let at = match self.configured(&action.target) {
                 Ok(target) => match self.secret_name(secret, &context) {
                     Ok(secret_name) => (target)
-                        .publish_credentials(&secret_name, credentials, &scope(r, step, &context))
+                        .publish_credentials(
+                            &secret_name,
+                            credentials,
+                            &scope(r, step, &context, names_key),
+                        )
                         .await
                         .map_err(|e| e.to_string()),
                     Err(reason) => Err(reason),
@@ -273,7 +280,12 @@ impl Engine {
 
 /// Where a `target` step of `r` acts, seen through its template context: an update's steps act
 /// for the plan it moves to.
-fn scope<'a>(r: &'a Resource, step: &'a OpStep, context: &'a Value) -> Scope<'a> {
+fn scope<'a>(
+    r: &'a Resource,
+    step: &'a OpStep,
+    context: &'a Value,
+    names_key: &'a NamesKey,
+) -> Scope<'a> {
     Scope {
         instance_id: &r.key.instance_id,
         binding_id: r.key.binding_id.as_deref(),
@@ -281,6 +293,7 @@ fn scope<'a>(r: &'a Resource, step: &'a OpStep, context: &'a Value) -> Scope<'a>
         plan_id: context["plan_id"].as_str().unwrap_or(&r.plan_id),
         step: &step.name,
         context: &context["instance"]["context"],
+        names_key,
     }
 }
 

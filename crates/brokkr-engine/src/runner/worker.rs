@@ -14,9 +14,10 @@ use crate::now_ms;
 use crate::store::StoreError;
 
 impl Engine {
-    /// Starts the background worker. On a single-process store, first takes over every lease
-    /// left by a previous run.
+    /// Starts the background worker: loads the broker's names key (see [`Engine::names_key`])
+    /// and, on a single-process store, first takes over every lease left by a previous run.
     pub async fn start(&self) -> Result<(), StoreError> {
+        self.names_key().await?;
         if !self.inner.store.shared() {
             let released = self.inner.store.release_all().await?;
             if released > 0 {

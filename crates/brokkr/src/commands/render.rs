@@ -1,6 +1,8 @@
 //! `brokkr render`: what a plan would compute for an instance and a binding, without a store or a
 //! target — registry values, the resources each step would apply, and credentials — as a YAML
-//! stream, for review and tests.
+//! stream, for review and tests. Without a store there is no broker's names key: `opaque_name`
+//! hashes under the public render-only key ([`NamesKey::RENDER_ONLY`]), so its names have the
+//! broker's shape but not its values.
 
 use std::path::PathBuf;
 
@@ -8,7 +10,7 @@ use anyhow::{Result, anyhow, bail};
 use brokkr_blueprint::evaluate::{Evaluator, Subject};
 use brokkr_blueprint::schema::ParameterSchema;
 use brokkr_blueprint::template::Renderer;
-use brokkr_blueprint::{Config, Phase, RegistryEntry, Step, TargetConfig};
+use brokkr_blueprint::{Config, NamesKey, Phase, RegistryEntry, Step, TargetConfig};
 use clap::Args;
 use serde_json::{Map, Value, json};
 
@@ -228,6 +230,7 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         })
         .ok_or_else(|| unknown_plan(config, &args.service, &args.plan))?;
     let renderer = args.seed.map_or_else(Renderer::new, Renderer::with_seed);
+    let renderer = renderer.with_names_key(NamesKey::RENDER_ONLY);
     let evaluator = Evaluator::new(renderer, target_facts(&config.targets));
     let params = crate::config::parameters(args.params.as_deref())?;
     check(entry.instance_create_schema.as_ref(), &params, "provision")?;
