@@ -78,14 +78,19 @@ fn instance_called(status: &ServiceInstanceStatus) -> bool {
 
 /// Why the instance's spec cannot be acted on, as a condition's reason and message; `None` when
 /// it agrees with what is recorded. `class_id` is the service id of the class the spec names
-/// now, when it resolves.
+/// now, when it resolves. An instance being deleted is deprovisioned with its recorded id
+/// whatever its spec says now; only a changed class stops that (the deprovision call names the
+/// class).
 pub fn instance_mismatch(
     instance: &ServiceInstance,
     class_id: Option<&str>,
 ) -> Option<(&'static str, String)> {
     let status = instance.status.as_ref();
     let recorded = status.and_then(|s| s.external_id.as_deref());
-    if let Some(recorded) = recorded {
+    let deleting = instance.metadata.deletion_timestamp.is_some();
+    if deleting {
+        // Only the class matters, below.
+    } else if let Some(recorded) = recorded {
         if instance
             .spec
             .external_id
@@ -124,7 +129,14 @@ pub fn instance_mismatch(
     {
         return Some((
             CHANGED,
-            "the instance's class was changed after it was provisioned; a class cannot change: name the class it was provisioned from again".to_owned(),
+            format!(
+                "the instance's class was changed after it was provisioned; a class cannot change: name the class it was provisioned from again{}",
+                if deleting {
+                    " (or annotate the instance with services.brokkr.dev/abandon=true to release it without deprovisioning)"
+                } else {
+                    ""
+                }
+            ),
         ));
     }
     None
@@ -305,6 +317,21 @@ mod tests {
         );
         let kept = instance(Some("mine"), Some("mine"));
         assert_eq!(instance_mismatch(&kept, Some("class-1")), None);
+    }
+
+    #[test]
+    fn an_instance_being_deleted_is_deprovisioned_with_its_recorded_id() {
+        let mut edited = instance(Some("victim"), Some("mine"));
+        edited.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        assert_eq!(instance_mismatch(&edited, Some("class-1")), None);
+        assert_eq!(instance_id(&edited), "mine");
+        assert_eq!(
+            instance_mismatch(&edited, Some("class-2")).unwrap().0,
+            CHANGED
+        );
     }
 
     #[test]

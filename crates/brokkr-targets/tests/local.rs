@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use brokkr_blueprint::TargetConfig;
 use brokkr_targets::local::Local;
-use brokkr_targets::{Readiness, Scope, Target, TargetError};
+use brokkr_targets::{NamesKey, Readiness, Scope, Target, TargetError};
 use serde_json::{Value, json};
 
 fn scope(instance: &str) -> Scope<'_> {
@@ -25,6 +25,8 @@ fn scope(instance: &str) -> Scope<'_> {
         plan_id: "p",
         step: "server",
         context: &Value::Null,
+        // The local target names nothing with the broker's key.
+        names_key: &NamesKey::RENDER_ONLY,
     }
 }
 

@@ -90,9 +90,11 @@ async fn a_tenant_cannot_take_over_another_tenants_instance_by_its_id() {
         );
     }
     attacker
-        .try_kubectl(&["delete", SB, "steal"], None)
+        .try_kubectl(&["delete", SB, "steal", "--timeout=90s"], None)
         .unwrap();
-    attacker.try_kubectl(&["delete", SI, "mine"], None).unwrap();
+    attacker
+        .try_kubectl(&["delete", SI, "mine", "--timeout=90s"], None)
+        .unwrap();
     eventually("the attacker's instance to go", async || {
         get(attacker_ns, SI, "mine").is_none().then_some(())
     })
