@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::Context;
+use crate::broker_hold;
 use crate::conditions;
 use crate::names::{label_value, object_name};
 use crate::resources::{
@@ -195,6 +196,11 @@ pub trait BrokerKind:
     fn class(&self, name: &str, spec: CommonServiceClassSpec) -> Self::Class;
     /// A plan of its catalog, of the class named `class`.
     fn plan(&self, name: &str, class: &str, spec: CommonServicePlanSpec) -> Self::Plan;
+    /// The broker as a ServiceBroker, when it is one: it is then kept while its namespace's
+    /// instances use it ([`crate::broker_hold`]).
+    fn as_namespaced(&self) -> Option<&ServiceBroker> {
+        None
+    }
 }
 
 /// A class or plan resource.
@@ -236,13 +242,17 @@ fn auth_secret<R>(
     }
 }
 
-/// The objects a broker writes: labelled with its name and owned by it.
+/// The objects a broker writes: labelled with its name and owned by it; a namespaced broker's
+/// are held by [`broker_hold::FINALIZER`] while instances may need them.
 fn entry_meta<B: BrokerKind>(broker: &B, name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_owned()),
         namespace: broker.namespace(),
         labels: Some([(BROKER_LABEL.to_owned(), label_value(&broker.name_any()))].into()),
         owner_references: broker.controller_owner_ref(&()).map(|o| vec![o]),
+        finalizers: broker
+            .as_namespaced()
+            .map(|_| vec![broker_hold::FINALIZER.to_owned()]),
         ..ObjectMeta::default()
     }
 }
@@ -364,13 +374,25 @@ impl BrokerKind for ServiceBroker {
         plan.metadata = entry_meta(self, name);
         plan
     }
+
+    fn as_namespaced(&self) -> Option<&ServiceBroker> {
+        Some(self)
+    }
 }
 
 /// Reconciles one broker: lists its catalog and writes its status.
 pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let Some(namespaced) = broker.as_namespaced()
+        && namespaced.metadata.deletion_timestamp.is_some()
+    {
+        return broker_hold::release(namespaced, &ctx).await;
+    }
     // Writing the status wakes the controller again: list only when a relist is due.
     if let Some(wait) = not_due(&*broker) {
         return Ok(wait);
+    }
+    if let Some(namespaced) = broker.as_namespaced() {
+        broker_hold::hold(namespaced, &ctx).await?;
     }
     let result = list_catalog(&*broker, &ctx).await;
     ctx.metrics.reconciled(&B::kind(&()), result.is_err());

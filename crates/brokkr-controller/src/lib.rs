@@ -21,6 +21,7 @@
 pub mod backoff;
 pub mod binding;
 pub mod broker;
+pub mod broker_hold;
 mod conditions;
 mod finalizer;
 pub mod identity;

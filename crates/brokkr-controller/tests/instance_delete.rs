@@ -339,8 +339,10 @@ async fn deleting_the_namespace_of_a_ready_instance_deprovisions_it() {
     assert!(deletes[0].path.ends_with("/v2/service_instances/db"));
 }
 
+/// A namespace deleted with its own ServiceBroker: the broker and its catalog are kept until
+/// the instance is deprovisioned through them, then everything goes, with no one's help.
 #[tokio::test]
-async fn a_namespace_deleted_with_its_own_broker_waits_until_its_instance_is_abandoned() {
+async fn a_namespace_deleted_with_its_own_broker_deprovisions_its_instance_and_goes() {
     let broker = Broker::start(synchronous).await;
     let cluster = Cluster::start(&broker).await;
     cluster
@@ -371,25 +373,6 @@ async fn a_namespace_deleted_with_its_own_broker_waits_until_its_instance_is_aba
         .delete("team-b", &DeleteParams::default())
         .await
         .unwrap();
-    // The ServiceBroker and its catalog went with the namespace: nothing can deprovision.
-    let instance = cluster
-        .ready_reason("team-b", "db", "ErrorGettingBroker")
-        .await;
-    let message = condition(&instance, "Ready").unwrap()["message"].clone();
-    assert!(
-        message.as_str().unwrap().contains(ABANDON_ANNOTATION),
-        "{message}"
-    );
-    assert!(
-        cluster
-            .fake
-            .get("v1", "Namespace", None, "team-b")
-            .is_some()
-    );
-
-    cluster.edit(API, "ServiceInstance", Some("team-b"), "db", |o| {
-        o["metadata"]["annotations"] = json!({ABANDON_ANNOTATION: "true"});
-    });
     cluster
         .eventually("the namespace gone", || {
             cluster
@@ -399,5 +382,11 @@ async fn a_namespace_deleted_with_its_own_broker_waits_until_its_instance_is_aba
                 .then_some(())
         })
         .await;
-    assert!(broker.seen_verb("DELETE").is_empty());
+    let deletes = broker.seen_verb("DELETE");
+    assert_eq!(
+        deletes.len(),
+        1,
+        "deprovisioned once, through its own broker"
+    );
+    assert!(deletes[0].path.ends_with("/v2/service_instances/team-b-db"));
 }

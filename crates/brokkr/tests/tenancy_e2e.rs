@@ -391,3 +391,78 @@ spec:
     );
     tenant.try_kubectl(&["delete", SB, &long], None).unwrap();
 }
+
+/// A namespace with its own ServiceBroker, deleted with everything in it, ends with its
+/// instances deprovisioned at that broker and the namespace gone: the broker, its classes and
+/// plans and its credentials Secret are kept until the last instance is deprovisioned.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_namespace_with_its_own_broker_is_deleted_without_an_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, broker_url) = serve_shared(dir.path());
+    let _controller = Controller::start();
+    let namespace = Namespace::new();
+    let ns = namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    tenant
+        .try_kubectl(
+            &[
+                "create",
+                "secret",
+                "generic",
+                "own-broker-auth",
+                "--from-literal=username=platform",
+                "--from-literal=password=s3cret",
+            ],
+            None,
+        )
+        .unwrap();
+    tenant.apply(&format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBroker
+metadata: {{name: own, namespace: {ns}}}
+spec:
+  url: {broker_url}
+  authInfo: {{basic: {{secretRef: {{name: own-broker-auth}}}}}}
+"
+    ));
+    condition(ns, "servicebroker", "own", "Ready", "FetchedCatalog").await;
+    tenant.apply(&format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: db, namespace: {ns}}}
+spec:
+  serviceClassExternalName: postgresql
+  servicePlanExternalName: small
+"
+    ));
+    tenant.apply(&binding(ns, "app", "db", ""));
+    condition(ns, SB, "app", "Ready", "InjectedBindResult").await;
+    let secret = get(ns, "secret", "app").unwrap();
+    log_in(&secret).await.expect("the credentials log in");
+
+    kubectl(&["delete", "namespace", ns, "--wait=false"], "");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while try_kubectl(&["get", "namespace", ns], None).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the namespace is still there after 120 s: {}",
+            kubectl(
+                &[
+                    "-n",
+                    ns,
+                    "get",
+                    "serviceinstances,servicebrokers,secrets",
+                    "-o",
+                    "wide"
+                ],
+                ""
+            )
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        log_in(&secret).await.is_err(),
+        "unbound and deprovisioned at the broker"
+    );
+}
