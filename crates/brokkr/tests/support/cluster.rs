@@ -122,6 +122,7 @@ impl Tenant {
                 .join("../../deploy/base/tenant-rbac.yaml"),
         )
         .unwrap();
+        install_crds();
         kubectl(&["apply", "-f", "-"], &roles);
         let tenant = Self {
             user: format!("editor-of-{namespace}"),
@@ -218,6 +219,56 @@ impl Drop for Namespace {
     }
 }
 
+/// Whether the API server keeps CEL validation rules in CRDs (Kubernetes 1.25 and later).
+pub fn cel_rules_served() -> bool {
+    let version: Value = serde_json::from_str(&kubectl(&["version", "-o", "json"], "")).unwrap();
+    let minor = version["serverVersion"]["minor"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_end_matches('+');
+    minor.parse::<u32>().is_ok_and(|m| m >= 25)
+}
+
+/// `value` without any `x-kubernetes-validations`, as an API server before 1.25 keeps it.
+pub fn without_cel_rules(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("x-kubernetes-validations");
+            map.values_mut().for_each(without_cel_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_cel_rules),
+        _ => {}
+    }
+}
+
+/// Applies brokkr's CRDs (`brokkr crds`) and waits until they are Established; an API server
+/// older than 1.25 gets them without their CEL rules, which it does not know (docs/install.md).
+pub fn install_crds() {
+    let crds = Command::new(BIN)
+        .args(["crds", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(crds.status.success());
+    let mut crds: Value = serde_json::from_slice(&crds.stdout).unwrap();
+    if !cel_rules_served() {
+        without_cel_rules(&mut crds);
+    }
+    kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &crds.to_string(),
+    );
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ],
+        "",
+    );
+}
+
 /// The one `brokkr controller` of a test, with brokkr's CRDs installed before it starts. Tests
 /// take turns: a controller reconciles every namespace, so two at once would act on each
 /// other's objects. Its log is printed if the test fails.
@@ -232,31 +283,7 @@ static TURN: Mutex<()> = Mutex::new(());
 impl Controller {
     pub fn start() -> Self {
         let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let crds = Command::new(BIN).arg("crds").output().unwrap();
-        assert!(crds.status.success());
-        // `--validate=false`: an API server older than 1.25 drops the CRDs' CEL rules, which
-        // kubectl's own check would refuse (docs/install.md).
-        kubectl(
-            &[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--validate=false",
-                "-f",
-                "-",
-            ],
-            &String::from_utf8(crds.stdout).unwrap(),
-        );
-        kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd",
-                "--all",
-            ],
-            "",
-        );
+        install_crds();
         let log = tempfile::NamedTempFile::new().unwrap();
         let process = controller(&kubeconfig(), log.reopen().unwrap());
         Self {
