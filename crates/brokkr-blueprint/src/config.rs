@@ -244,6 +244,13 @@ pub struct InstanceBlueprint {
     /// Ordered steps; each names the operations it runs in.
     #[serde(default)]
     pub steps: Vec<Step>,
+    /// The instance's dashboard: a template string that renders to an absolute http(s) URL,
+    /// answered to the platform as OSB `dashboard_url`. It is evaluated as soon as every
+    /// registry key it reads exists: when the instance is provisioned if it reads only the
+    /// registry's own entries, else once a step that outputs one of the keys it reads finishes
+    /// (and again whenever such a step of a provision or update finishes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dashboard_url: Option<String>,
 }
 
 /// One registry definition.

@@ -1,6 +1,6 @@
 //! Evaluating a blueprint for one instance or binding: the template context, registry values,
-//! the resources a step renders (a resource, in this crate, is a rendered template tree) and
-//! credentials. Pure: the engine calls it with stored instances and bindings, `brokkr render` with
+//! the resources a step renders (a resource, in this crate, is a rendered template tree),
+//! credentials and an instance's dashboard URL. Pure: the engine calls it with stored instances and bindings, `brokkr render` with
 //! made-up ones.
 
 use serde_json::{Map, Value, json};
@@ -122,6 +122,42 @@ impl Evaluator {
             .collect()
     }
 
+    /// Renders an instance's `dashboard_url` expression in `context` (an instance's
+    /// [`Evaluator::context`]) and checks that it is an absolute http(s) URL.
+    pub fn dashboard_url(
+        &self,
+        expression: &str,
+        context: &Value,
+    ) -> Result<String, EvaluationError> {
+        let tree = Value::String(expression.to_owned());
+        let rendered = self
+            .renderer
+            .render(&tree, context)
+            .map_err(|e| EvaluationError::Template(format!("dashboard_url: {e}")))?;
+        let url = match rendered {
+            Value::String(url) => url,
+            Value::Null => {
+                return Err(EvaluationError::Invalid(
+                    "dashboard_url: renders to nothing, not a URL".to_owned(),
+                ));
+            }
+            other => {
+                let kind = match other {
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::Array(_) => "a list",
+                    _ => "a map",
+                };
+                return Err(EvaluationError::Invalid(format!(
+                    "dashboard_url: renders to {kind}, not a URL"
+                )));
+            }
+        };
+        check_dashboard_url(&url)
+            .map_err(|e| EvaluationError::Invalid(format!("dashboard_url: {e}")))?;
+        Ok(url)
+    }
+
     /// Renders a credentials template for `binding` of `instance` and checks the result.
     pub fn credentials(
         &self,
@@ -156,6 +192,19 @@ impl Evaluator {
     }
 }
 
+/// The names [`template_context`] (with an [`Evaluator`]'s `targets`) puts in scope.
+pub const SCOPE: &[&str] = &[
+    "instance_id",
+    "binding_id",
+    "service_id",
+    "plan_id",
+    "parameters",
+    "context",
+    "instance",
+    "registry",
+    "targets",
+];
+
 /// The template context for an instance, or for a binding of it: `parameters`, `context` and
 /// `registry` are the subject's own; `instance` holds the instance's.
 pub fn template_context(instance: &Subject<'_>, binding: Option<&Subject<'_>>) -> Value {
@@ -175,4 +224,26 @@ pub fn template_context(instance: &Subject<'_>, binding: Option<&Subject<'_>>) -
         },
         "registry": own.registry,
     })
+}
+
+/// The registry keys a `dashboard_url` expression reads: it can be evaluated once all of them
+/// exist.
+pub fn dashboard_url_reads(expression: &str) -> Vec<String> {
+    crate::check::registry_reads_in(expression)
+}
+
+/// Whether `url` may be answered as an instance's dashboard: an absolute `http` or `https` URL
+/// with a host. The error says why not, without the URL itself.
+pub fn check_dashboard_url(url: &str) -> Result<(), String> {
+    match url::Url::parse(url) {
+        Err(url::ParseError::RelativeUrlWithoutBase) => {
+            Err("is not an absolute URL (it has no scheme such as https://)".to_owned())
+        }
+        Err(e) => Err(format!("is not a valid URL ({e})")),
+        Ok(parsed) if !matches!(parsed.scheme(), "http" | "https") => Err(format!(
+            "has the scheme `{}`; a dashboard URL is http or https",
+            parsed.scheme()
+        )),
+        Ok(_) => Ok(()),
+    }
 }

@@ -127,6 +127,21 @@ impl Renderer {
         result
     }
 
+    /// The variables the template leaf `source` reads that are neither in `scope` nor functions
+    /// of the library, sorted: names that are undefined whatever a request holds. A leaf that
+    /// does not parse has none ([`Renderer::check`] reports it).
+    pub fn unknown_variables(&self, source: &str, scope: &[&str]) -> Vec<String> {
+        let Ok(template) = self.env.template_from_str(source) else {
+            return Vec::new();
+        };
+        let globals: Vec<&str> = self.env.globals().map(|(name, _)| name).collect();
+        let mut unknown: Vec<String> = (template.undeclared_variables(false).into_iter())
+            .filter(|v| !scope.contains(&v.as_str()) && !globals.contains(&v.as_str()))
+            .collect();
+        unknown.sort();
+        unknown
+    }
+
     fn render_node(
         &self,
         node: &Value,

@@ -31,6 +31,12 @@ pub(crate) trait Creation {
     /// Prepares a new resource: computes its registry and refuses what could never work.
     fn prepare(&self, resource: &mut Resource) -> Result<(), ApiError>;
 
+    /// The answer to a repeated request while the resource's creation runs: 202 with its
+    /// operation.
+    fn in_progress(&self, r: &Resource) -> Response {
+        accepted(&r.op)
+    }
+
     /// The answer for the resource, which exists and is ready.
     fn ready(&self, r: &Resource) -> Response;
 
@@ -92,7 +98,7 @@ pub(crate) async fn create<C: Creation>(
         match existing.status {
             Status::Creating if op.in_progress() => {
                 if accepts_incomplete {
-                    return Ok(accepted(op));
+                    return Ok(creation.in_progress(&existing));
                 }
                 return match wait_sync(broker, &key, op).await? {
                     Some(r) if r.status == Status::Ready => Ok(creation.ready(&r)),

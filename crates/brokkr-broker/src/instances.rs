@@ -102,6 +102,14 @@ fn instance_body(r: &Resource) -> InstanceOperationResponse {
     }
 }
 
+/// The 202 answer for `r`'s operation: the operation, and the dashboard URL once known.
+fn operation_body(r: &Resource) -> InstanceOperationResponse {
+    InstanceOperationResponse {
+        operation: Some(r.op.id.clone()),
+        ..instance_body(r)
+    }
+}
+
 /// Dry-runs the binding credentials template with the instance's parameters and no binding
 /// parameters, so that a provision whose credentials could never be valid is refused before
 /// anything is stored.
@@ -226,8 +234,19 @@ impl Creation for NewInstance<'_> {
         resource.outputs.registry = (self.broker.engine)
             .registry(registry, resource, None)
             .map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+        // Known now when it reads no value a step outputs; else learnt when those steps run.
+        if let Some(expression) = &resource.op.plan.dashboard_url
+            && let Some(url) = self.broker.engine.dashboard_url(expression, resource)
+        {
+            let url = url.map_err(|e| ApiError::bad_request(format!("invalid parameters: {e}")))?;
+            resource.dashboard_url = Some(url);
+        }
         check_credentials_possible(self.broker, self.entry, resource)?;
         check_programs(self.broker, resource)
+    }
+
+    fn in_progress(&self, r: &Resource) -> Response {
+        json_response(StatusCode::ACCEPTED, &operation_body(r))
     }
 
     fn ready(&self, r: &Resource) -> Response {
@@ -248,13 +267,7 @@ async fn started(
     created: StatusCode,
 ) -> ApiResult {
     match launch(broker, r, written).await? {
-        None => Ok(json_response(
-            StatusCode::ACCEPTED,
-            &InstanceOperationResponse {
-                operation: Some(r.op.id.clone()),
-                ..instance_body(r)
-            },
-        )),
+        None => Ok(json_response(StatusCode::ACCEPTED, &operation_body(r))),
         Some(done) if done.op.id != r.op.id => Err(superseded(&done)),
         Some(done) if done.op.state == OperationState::Succeeded => {
             let status = if r.op.kind == OpKind::Provision {

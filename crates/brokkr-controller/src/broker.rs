@@ -697,6 +697,7 @@ fn catalog_entries<B: BrokerKind>(
                 description: service.description.clone(),
                 bindable: service.bindable,
                 binding_retrievable: service.bindings_retrievable.unwrap_or(false),
+                instances_retrievable: service.instances_retrievable.unwrap_or(false),
                 plan_updatable: service.plan_updateable.unwrap_or(false),
                 external_metadata: service.metadata.clone().map(Value::Object),
                 tags: service.tags.clone(),

@@ -12,9 +12,14 @@
 //!     body: {name: "{{ registry('database') }}", ttl: 300}   # sent as JSON
 //!     expect: [200, 201]                    # default: any 2xx
 //!     extract: {record_id: /id}             # JSON pointers into the answer
+//!     until: {pointer: /state, equals: ready} # call again (after Retry-After) until it holds
 //!     timeout: 10s                          # per call, default 30s
 //!   outputs: [record_id]
 //! ```
+//!
+//! With `until`, an expected answer that does not hold `equals` at `pointer` is not the end:
+//! the call is made again, after the answer's `Retry-After` or a backoff, within the step's
+//! budget or the operation's deadline, and values are extracted from the answer that holds it.
 //!
 //! `with` is rendered like any template tree before the call, so registry values (including
 //! secret ones) can fill the URL, headers and body. A 5xx answer, a 429, a timeout or a
@@ -60,8 +65,20 @@ struct Call {
     expect: Vec<u16>,
     #[serde(default)]
     extract: BTreeMap<String, String>,
+    #[serde(default)]
+    until: Option<Until>,
     #[serde(default, with = "brokkr_blueprint::config::opt_duration")]
     timeout: Option<Duration>,
+}
+
+/// What an answer must hold for the step to be done: until then the call is repeated.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Until {
+    /// A JSON pointer into the answer.
+    pointer: String,
+    /// The value expected there.
+    equals: Value,
 }
 
 fn get() -> String {
@@ -219,12 +236,25 @@ impl StepKind for Http {
             }
             return StepOutcome::Fail(reason);
         }
-        if call.extract.is_empty() {
+        if call.extract.is_empty() && call.until.is_none() {
             return StepOutcome::Done;
         }
         let Ok(answer) = serde_json::from_slice::<Value>(response.body()) else {
             return StepOutcome::Fail(format!("{target}: the answer is not JSON"));
         };
+        if let Some(until) = &call.until
+            && answer.pointer(&until.pointer) != Some(&until.equals)
+        {
+            let wait = retry_after(&response).unwrap_or_else(|| backoff(ctx.started_at));
+            let (pointer, equals) = (&until.pointer, &until.equals);
+            return StepOutcome::retry(
+                wait,
+                format!("{target}: waiting until {pointer} is {equals}"),
+            );
+        }
+        if call.extract.is_empty() {
+            return StepOutcome::Done;
+        }
         let mut values = Map::new();
         for (name, pointer) in &call.extract {
             match answer.pointer(pointer) {

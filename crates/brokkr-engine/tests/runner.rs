@@ -96,7 +96,7 @@ fn plan(steps: &[(&str, Value)]) -> OpPlan {
         .collect();
     OpPlan {
         steps,
-        credentials: None,
+        ..OpPlan::default()
     }
 }
 
@@ -423,7 +423,7 @@ async fn outputs_saved_mid_operation_show_in_the_next_read_of_the_same_store() {
     outputs.registry.insert("password".into(), json!("saved"));
     assert!(
         store
-            .save_outputs(&key, &op_id, engine.owner(), &outputs)
+            .save_outputs(&key, &op_id, engine.owner(), &outputs, None)
             .await
             .unwrap()
     );

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use brokkr_blueprint::QUICKSTART;
 use serde_json::Value;
+use support::director::Director;
 
 const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
 const USER: &str = "platform";
@@ -52,8 +53,13 @@ impl Server {
 
 /// `brokkr serve` on the quickstart, with short step delays.
 fn brokkr(dir: &Path) -> Server {
+    brokkr_with(dir, &QUICKSTART.replace("delay: 2s", "delay: 300ms"))
+}
+
+/// `brokkr serve` on the configuration `yaml`.
+fn brokkr_with(dir: &Path, yaml: &str) -> Server {
     let config = dir.join("brokkr.yaml");
-    std::fs::write(&config, QUICKSTART.replace("delay: 2s", "delay: 300ms")).unwrap();
+    std::fs::write(&config, yaml).unwrap();
     let port = free_port();
     let child = Command::new(BIN)
         .args([
@@ -216,6 +222,58 @@ fn drives_brokkr_through_async_and_sync_plans() {
         ],
     );
     assert_eq!(gone["status"], 410, "{gone}");
+}
+
+#[test]
+fn shows_the_dashboard_url_a_step_learnt_from_the_director() {
+    let director = Director::start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = brokkr_with(dir.path(), &director.config()).wait_ready();
+    let url = server.url.as_str();
+    let provision = [
+        "provision",
+        "rt-1",
+        "--service",
+        "kyma",
+        "--plan",
+        "runtime",
+    ];
+    let provisioned = osb_json(url, &[&provision[..], &["--wait"]].concat());
+    assert_eq!(provisioned["state"], "succeeded", "{provisioned}");
+    assert_eq!(
+        director.calls("rt-1"),
+        3,
+        "two 'in progress', then 'finished'"
+    );
+    let console = Director::dashboard("rt-1");
+    let fetched = osb_json(url, &["instance", "rt-1"]);
+    assert_eq!(fetched["dashboard_url"], console.as_str(), "{fetched}");
+    let table = osb(url, &["instance", "rt-1"]);
+    assert!(table.status.success(), "{}", text(&table));
+    let shown = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        shown.contains("DASHBOARD") && shown.contains(&console),
+        "{shown}"
+    );
+
+    // A fixed pattern is known at once: the provision's answer has it.
+    let provision = [
+        "provision",
+        "g-1",
+        "--service",
+        "kyma",
+        "--plan",
+        "grafana",
+        "--wait",
+    ];
+    let provisioned = osb_json(url, &provision);
+    assert_eq!(provisioned["state"], "succeeded", "{provisioned}");
+    let grafana = "https://grafana.example.com/d/g-1";
+    assert_eq!(provisioned["dashboard_url"], grafana, "{provisioned}");
+    assert_eq!(
+        osb_json(url, &["instance", "g-1"])["dashboard_url"],
+        grafana
+    );
 }
 
 #[test]

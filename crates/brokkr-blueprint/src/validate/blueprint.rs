@@ -1,11 +1,12 @@
 //! Checks of a blueprint against its plan: the registry definitions in order, the registry keys
-//! every template, condition and credentials entry reads, and the `binding` section a bindable
-//! plan needs.
+//! every template, condition and credentials entry reads, an instance's dashboard URL, and the
+//! `binding` section a bindable plan needs.
 
 use serde_json::Value;
 
 use crate::check;
-use crate::config::{Blueprint, Phase, RegistryEntry, Step};
+use crate::config::{Blueprint, INSTANCE_STEP_DEFAULTS, Phase, RegistryEntry, Step};
+use crate::evaluate::{SCOPE, check_dashboard_url};
 use crate::template::Renderer;
 
 use super::Validator;
@@ -61,6 +62,21 @@ impl Validator {
             &instance_keys,
             (&binding_keys, "is defined only in the binding's registry"),
         );
+        if let Some(expression) = &blueprint.instance.dashboard_url {
+            // It sees the registry and what the steps of a provision or an update output.
+            let mut keys = instance_keys.clone();
+            let builds = |s: &Step| {
+                s.runs_in(Phase::Provision, INSTANCE_STEP_DEFAULTS)
+                    || s.runs_in(Phase::Update, INSTANCE_STEP_DEFAULTS)
+            };
+            let (building, other): (Vec<&Step>, Vec<&Step>) =
+                blueprint.instance.steps.iter().partition(|s| builds(s));
+            keys.extend(step_outputs_of(&building));
+            let teardown: Vec<String> = step_outputs_of(&other).collect();
+            let why = "is output only by steps that run in neither provision nor update";
+            let field = format!("{at}.instance.dashboard_url");
+            self.check_dashboard_url(file, &field, expression, renderer, &keys, (&teardown, why));
+        }
         match (&mut blueprint.binding, bindable) {
             (None, true) => self.error(
                 file,
@@ -95,6 +111,53 @@ impl Validator {
                 }
             }
             (None, false) => {}
+        }
+    }
+
+    /// Checks an instance's `dashboard_url` expression (written at `field`): it parses, reads
+    /// only variables in scope and registry keys in `keys`, and a fixed URL, or the fixed text
+    /// before the first expression, is the start of an absolute http(s) URL.
+    fn check_dashboard_url(
+        &mut self,
+        file: &str,
+        field: &str,
+        expression: &str,
+        renderer: &Renderer,
+        keys: &[String],
+        later: (&[String], &str),
+    ) {
+        let tree = Value::String(expression.to_owned());
+        if let Err(e) = renderer.check(&tree) {
+            self.template_error(file, field, &tree, &e);
+            return;
+        }
+        self.check_reads(file, field, &tree, keys, later);
+        for name in renderer.unknown_variables(expression, SCOPE) {
+            self.error(
+                file,
+                field,
+                format!("unknown variable `{name}` (in scope: {})", SCOPE.join(", ")),
+            );
+        }
+        let first = [expression.find("{{"), expression.find("{%")];
+        let Some(end) = first.into_iter().flatten().min() else {
+            if let Err(e) = check_dashboard_url(expression) {
+                self.error(file, field, format!("the URL {e}"));
+            }
+            return;
+        };
+        let fixed = &expression[..end];
+        let start = fixed.trim_start().to_ascii_lowercase();
+        let schemes = ["http://", "https://"];
+        if !schemes
+            .iter()
+            .any(|s| s.starts_with(&start) || start.starts_with(s))
+        {
+            self.error(
+                file,
+                field,
+                format!("must render to an absolute http(s) URL, but starts with {fixed:?}"),
+            );
         }
     }
 
@@ -191,5 +254,10 @@ pub(super) fn is_registry_key(name: &str) -> bool {
 
 /// The registry keys `steps` produce.
 fn step_outputs(steps: &[Step]) -> impl Iterator<Item = String> + '_ {
+    steps.iter().flat_map(|s| s.outputs.iter().cloned())
+}
+
+/// The registry keys `steps` output.
+fn step_outputs_of<'a>(steps: &'a [&Step]) -> impl Iterator<Item = String> + 'a {
     steps.iter().flat_map(|s| s.outputs.iter().cloned())
 }

@@ -1,5 +1,6 @@
 //! Polling the operation in progress (provision, update, deprovision or the deprovision of an
-//! orphan mitigation) until it ends or outlives the plan's maximum polling duration.
+//! orphan mitigation) until it ends or outlives the plan's maximum polling duration; once a
+//! provision or update succeeds, the instance's dashboard URL is fetched where the class allows.
 
 use brokkr_osb::client::{Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState};
@@ -85,9 +86,13 @@ pub(super) async fn poll(
         }
         OperationState::Succeeded => match operation {
             ServiceInstanceOperation::Provision => {
+                fetch_dashboard_url(instance, ctx, &mut status, resolved).await;
                 provision::provisioned(instance, ctx, status).await
             }
-            ServiceInstanceOperation::Update => update::updated(instance, ctx, status).await,
+            ServiceInstanceOperation::Update => {
+                fetch_dashboard_url(instance, ctx, &mut status, resolved).await;
+                update::updated(instance, ctx, status).await
+            }
             ServiceInstanceOperation::Deprovision => {
                 delete::deprovisioned(instance, ctx, status).await
             }
@@ -100,6 +105,36 @@ pub(super) async fn poll(
             );
             ended_badly(instance, ctx, status, operation, "CallFailed", message).await
         }
+    }
+}
+
+/// After an asynchronous provision or update succeeded: the instance's dashboard URL as the
+/// broker now answers it, from a fetch of the instance where the class is
+/// `instancesRetrievable` (a broker may learn the URL while the operation runs, and
+/// last_operation does not carry it). Without one, or when the fetch fails, the URL known
+/// before is kept; the operation's outcome does not depend on it.
+async fn fetch_dashboard_url(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    status: &mut ServiceInstanceStatus,
+    resolved: &Resolved,
+) {
+    if !resolved.class.instances_retrievable {
+        return;
+    }
+    let plan = resolved.plan_ref();
+    let answer = resolved
+        .osb
+        .instance(&instance_id(instance), Some(&plan))
+        .await;
+    ctx.metrics.osb_call("fetch_instance", &answer);
+    match answer {
+        Ok(fetched) => {
+            if let Some(url) = fetched.body.dashboard_url {
+                status.dashboard_url = Some(url);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "fetching the instance for its dashboard URL failed"),
     }
 }
 

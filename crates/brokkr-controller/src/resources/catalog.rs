@@ -26,6 +26,9 @@ pub struct CommonServiceClassSpec {
     /// Whether the broker serves `GET` on bindings.
     #[serde(default)]
     pub binding_retrievable: bool,
+    /// Whether the broker serves `GET` on instances (`instances_retrievable`).
+    #[serde(default)]
+    pub instances_retrievable: bool,
     /// Whether an instance's plan may change.
     #[serde(default)]
     pub plan_updatable: bool,

@@ -25,11 +25,15 @@ pub struct OpPlan {
     /// For binds: the credentials template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<Value>,
+    /// For provisions and updates: the instance's `dashboard_url` expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dashboard_url: Option<String>,
 }
 
 impl OpPlan {
     /// The plan of a new operation of `kind` on a resource of plan `entry`: the steps its
-    /// blueprint gives `kind`, in order, and for a bind the credentials template. A plan no
+    /// blueprint gives `kind`, in order, for a bind the credentials template, and for a
+    /// provision or update the instance's dashboard URL expression. A plan no
     /// longer configured (`entry` is `None`) gives no steps.
     pub fn configured(entry: Option<&PlanEntry>, kind: OpKind) -> Result<Self, PlanError> {
         let steps = match (entry, kind) {
@@ -55,7 +59,17 @@ impl OpPlan {
                 .map(|b| b.credentials.clone()),
             OpKind::Provision | OpKind::Update | OpKind::Deprovision | OpKind::Unbind => None,
         };
-        Self { steps, credentials }
+        let dashboard_url = match kind {
+            OpKind::Provision | OpKind::Update => {
+                entry.and_then(|e| e.blueprint.instance.dashboard_url.clone())
+            }
+            OpKind::Deprovision | OpKind::Bind | OpKind::Unbind => None,
+        };
+        Self {
+            steps,
+            credentials,
+            dashboard_url,
+        }
     }
 }
 

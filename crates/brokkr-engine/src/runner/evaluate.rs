@@ -1,8 +1,8 @@
 //! What a blueprint's templates see of stored resources: the template context of an operation's
-//! steps, registry values and a binding's credentials.
+//! steps, registry values, a binding's credentials and an instance's dashboard URL.
 
 use brokkr_blueprint::RegistryEntry;
-use brokkr_blueprint::evaluate::{EvaluationError, Subject};
+use brokkr_blueprint::evaluate::{EvaluationError, Subject, dashboard_url_reads};
 use serde_json::{Map, Value};
 
 use super::Engine;
@@ -41,6 +41,54 @@ impl Engine {
         };
         let instance = instance.or(stored.as_ref()).map_or(own, subject);
         Ok(evaluator.context(&instance, Some(&own)))
+    }
+
+    /// The dashboard URL an instance's provision or update `op` learns when a step of it
+    /// finishes having `produced` values: `None` when its plan has no `dashboard_url`, when a
+    /// registry key the expression reads is still missing, or when the URL is known and the
+    /// step produced none of the keys it reads; else the URL, or why it is not one.
+    pub(super) async fn learnt_dashboard_url(
+        &self,
+        r: &Resource,
+        op: &Operation,
+        produced: Option<&Map<String, Value>>,
+    ) -> Result<Option<Result<String, EvaluationError>>, StoreError> {
+        let Some(expression) = &op.plan.dashboard_url else {
+            return Ok(None);
+        };
+        let reads = dashboard_url_reads(expression);
+        let has = |key: &String| {
+            r.outputs.registry.contains_key(key) || produced.is_some_and(|p| p.contains_key(key))
+        };
+        let renewed = produced.is_some_and(|p| reads.iter().any(|k| p.contains_key(k)));
+        if !reads.iter().all(has) || (r.dashboard_url.is_some() && !renewed) {
+            return Ok(None);
+        }
+        let mut context = self.template_context(r, op, None).await?;
+        if let Some(produced) = produced {
+            let mut registry = r.outputs.registry.clone();
+            registry.extend(produced.clone());
+            context["registry"] = Value::Object(registry);
+        }
+        Ok(Some(
+            self.inner.evaluator.dashboard_url(expression, &context),
+        ))
+    }
+
+    /// The dashboard URL of a new instance `r` whose registry is computed, when its
+    /// `expression` reads no key a step outputs: `None` until those steps have run.
+    pub fn dashboard_url(
+        &self,
+        expression: &str,
+        r: &Resource,
+    ) -> Option<Result<String, EvaluationError>> {
+        let known = |key: &String| r.outputs.registry.contains_key(key);
+        if !dashboard_url_reads(expression).iter().all(known) {
+            return None;
+        }
+        let evaluator = &self.inner.evaluator;
+        let context = evaluator.context(&subject(r), None);
+        Some(evaluator.dashboard_url(expression, &context))
     }
 
     /// Evaluates registry definitions for `r` in order, each seeing the values before it: for an

@@ -65,6 +65,10 @@ pub(super) enum StepFailure {
         .0.join(", ")
     )]
     Undeclared(Vec<String>),
+    /// The instance's dashboard URL, evaluated with what it produced, does not render or is
+    /// not an absolute http(s) URL.
+    #[error("{0}")]
+    DashboardUrl(EvaluationError),
     /// Its step kind panicked.
     #[error("panicked: {0}")]
     Panicked(String),

@@ -213,7 +213,7 @@ impl Engine {
         let inner = &self.inner;
         let plan = OpPlan {
             steps: vec![orphan.step.clone()],
-            credentials: None,
+            ..OpPlan::default()
         };
         let deadline = ms(inner.options.lease);
         let op = Operation::new(orphan.op_kind, plan, None, deadline, &inner.owner, 0);

@@ -32,6 +32,15 @@ pub(super) enum Outcome {
     Skip(Skip),
 }
 
+/// What a finished step leaves: the registry values it produced, and the instance's dashboard
+/// URL when it was learnt with them.
+struct Learnt {
+    /// Values for the registry.
+    produced: Option<Map<String, Value>>,
+    /// The dashboard URL, evaluated and checked.
+    dashboard_url: Option<String>,
+}
+
 /// Default time a deprovision or unbind step may keep asking to be retried before it is skipped.
 const DEFAULT_BUDGET: Duration = Duration::from_secs(300);
 
@@ -109,11 +118,24 @@ impl Engine {
                 .await?;
             // What follows — the step's duration, its budget, the next run — counts from now
             // that it has run.
+            let (outcome, dashboard_url) = match outcome {
+                Outcome::Done(produced) => {
+                    match (self.learnt_dashboard_url(resource, op, produced.as_ref())).await? {
+                        Some(Err(e)) => (Outcome::Fail(StepFailure::DashboardUrl(e)), None),
+                        learnt => (Outcome::Done(produced), learnt.and_then(Result::ok)),
+                    }
+                }
+                outcome => (outcome, None),
+            };
             let now = now_ms();
             let (outcome, left_behind) = settle(op.kind, step, outcome, now - started);
             let next = match outcome {
                 Outcome::Done(produced) => {
-                    self.step_done(resource, op, produced, started, now).await?
+                    let learnt = Learnt {
+                        produced,
+                        dashboard_url,
+                    };
+                    self.step_done(resource, op, learnt, started, now).await?
                 }
                 Outcome::Skip(reason) => {
                     self.step_skipped(resource, op, reason, left_behind, now)
@@ -136,15 +158,20 @@ impl Engine {
         }
     }
 
-    /// A step finished: records what it produced, then moves on.
+    /// A step finished: records what it produced, and the dashboard URL learnt with it, then
+    /// moves on.
     async fn step_done(
         &self,
         resource: &mut Resource,
         op: &mut Operation,
-        produced: Option<Map<String, Value>>,
+        learnt: Learnt,
         started: i64,
         now: i64,
     ) -> Result<Next, StoreError> {
+        let Learnt {
+            produced,
+            dashboard_url,
+        } = learnt;
         let step = current(op);
         info!(step = %step.name, kind = op.kind.as_str(), "step finished");
         // Done at last, if an earlier deprovision or unbind left it behind. A step is left
@@ -157,9 +184,17 @@ impl Engine {
                 .resolve_orphan(key, created, &step.name)
                 .await?;
         }
-        if let Some(values) = produced {
-            resource.outputs.registry.extend(values);
-            if !self.save_outputs(resource, &op.id).await? {
+        if produced.is_some() || dashboard_url.is_some() {
+            resource
+                .outputs
+                .registry
+                .extend(produced.unwrap_or_default());
+            if let Some(url) = &dashboard_url {
+                info!(step = %step.name, "dashboard URL learnt");
+                resource.dashboard_url = Some(url.clone());
+            }
+            let url = dashboard_url.as_deref();
+            if !self.save_outputs(resource, &op.id, url).await? {
                 return Ok(Next::Stop); // superseded or taken over
             }
         }
@@ -187,7 +222,7 @@ impl Engine {
         let reason = reason.to_string();
         if left_behind {
             resource.outputs.skip(&op.id, step.clone());
-            if !self.save_outputs(resource, &op.id).await? {
+            if !self.save_outputs(resource, &op.id, None).await? {
                 return Ok(Next::Stop); // superseded or taken over
             }
             self.leave_behind(resource, op, step, &reason).await?;
@@ -316,13 +351,17 @@ impl Engine {
         inner.store.save_progress(key, op, &inner.owner).await
     }
 
-    /// Saves `r`'s outputs while its operation `op_id` is still this engine's; false when it
-    /// is not any more (superseded or taken over).
-    async fn save_outputs(&self, r: &Resource, op_id: &str) -> Result<bool, StoreError> {
+    /// Saves `r`'s outputs, and a new `dashboard_url`, while its operation `op_id` is still this
+    /// engine's; false when it is not any more (superseded or taken over).
+    async fn save_outputs(
+        &self,
+        r: &Resource,
+        op_id: &str,
+        dashboard_url: Option<&str>,
+    ) -> Result<bool, StoreError> {
         let inner = &self.inner;
-        inner
-            .store
-            .save_outputs(&r.key, op_id, &inner.owner, &r.outputs)
+        (inner.store)
+            .save_outputs(&r.key, op_id, &inner.owner, &r.outputs, dashboard_url)
             .await
     }
 

@@ -152,13 +152,15 @@ pub trait Store: Send + Sync {
     ) -> Result<bool, StoreError>;
 
     /// Replaces the outputs (registry values and credentials) of a resource whose operation
-    /// `op_id` is held by `owner`. Returns false when the operation is no longer this owner's.
+    /// `op_id` is held by `owner`, and its dashboard URL when `dashboard_url` is given (else
+    /// it is kept). Returns false when the operation is no longer this owner's.
     async fn save_outputs(
         &self,
         key: &Key,
         op_id: &str,
         owner: &str,
         outputs: &Outputs,
+        dashboard_url: Option<&str>,
     ) -> Result<bool, StoreError>;
 
     /// Ends an operation held by `owner` and appends `events` to its log, together. A

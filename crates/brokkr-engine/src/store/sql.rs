@@ -469,8 +469,10 @@ impl Store for SqlStore {
         op_id: &str,
         owner: &str,
         outputs: &Outputs,
+        dashboard_url: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let sql = "UPDATE brokkr_resources SET outputs = $1 \
+        let sql = "UPDATE brokkr_resources SET outputs = $1, \
+             dashboard_url = COALESCE($6, dashboard_url) \
              WHERE instance_id = $2 AND binding_id = $3 AND op_id = $4 \
              AND op_state = 'in progress' AND lease_owner = $5";
         let args = vec![
@@ -479,6 +481,7 @@ impl Store for SqlStore {
             binding_col(key).into(),
             op_id.into(),
             owner.into(),
+            dashboard_url.map(str::to_owned).into(),
         ];
         let touches = Touches::Resource(key.clone());
         self.write(Statement::new(sql, args), Vec::new(), touches)

@@ -1,13 +1,13 @@
 //! `brokkr render`: what a plan would compute for an instance and a binding, without a store or a
-//! target — registry values, the resources each step would apply, and credentials — as a YAML
-//! stream, for review and tests. Without a store there is no broker's names key: `opaque_name`
-//! hashes under the public render-only key ([`NamesKey::RENDER_ONLY`]), so its names have the
-//! broker's shape but not its values.
+//! target — registry values, the instance's dashboard URL, the resources each step would apply,
+//! and credentials — as a YAML stream, for review and tests. Without a store there is no broker's
+//! names key: `opaque_name` hashes under the public render-only key ([`NamesKey::RENDER_ONLY`]),
+//! so its names have the broker's shape but not its values.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, anyhow, bail};
-use brokkr_blueprint::evaluate::{Evaluator, Subject};
+use brokkr_blueprint::evaluate::{Evaluator, Subject, dashboard_url_reads};
 use brokkr_blueprint::schema::ParameterSchema;
 use brokkr_blueprint::template::Renderer;
 use brokkr_blueprint::{Config, NamesKey, Phase, RegistryEntry, Step, TargetConfig};
@@ -188,6 +188,38 @@ fn step_documents(
     Ok(documents)
 }
 
+/// The document that shows an instance's dashboard URL: checked when it is known at provision;
+/// with placeholders for the values of the steps it waits for (named in the comment) otherwise.
+fn dashboard_document(
+    evaluator: &Evaluator,
+    expression: &str,
+    steps: &[Step],
+    context: &Value,
+    (secrets, show_secrets): (&[String], bool),
+) -> Result<String> {
+    let reads = dashboard_url_reads(expression);
+    let waits: Vec<&str> = (steps.iter())
+        .filter(|s| s.outputs.iter().any(|k| reads.contains(k)))
+        .map(|s| s.name.as_str())
+        .collect();
+    let (url, when) = match waits.as_slice() {
+        [] => (evaluator.dashboard_url(expression, context)?, String::new()),
+        steps => {
+            let tree = Value::String(expression.to_owned());
+            let url = (evaluator.renderer.render(&tree, context))
+                .map_err(|e| anyhow!("dashboard_url: {e}"))?;
+            let names = steps.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>();
+            let when = format!(" (learnt when step {} has run)", names.join(", "));
+            (url.as_str().unwrap_or_default().to_owned(), when)
+        }
+    };
+    let mut shown = json!({ "dashboard_url": url });
+    if !show_secrets {
+        mask_values(&mut shown, secrets);
+    }
+    document(&format!("dashboard URL of the instance{when}"), &shown)
+}
+
 /// Prints what the plan's provision or bind computes.
 pub async fn run(args: RenderArgs) -> Result<()> {
     let config = crate::config::load_config(args.config.as_deref())?;
@@ -277,6 +309,22 @@ fn render(args: &RenderArgs, config: &Config) -> Result<String> {
         )?);
     }
     let instance_secrets = secret_values(&instance_registry, &secrets);
+    if !args.binding
+        && let Some(expression) = &blueprint.instance.dashboard_url
+    {
+        let context = evaluator.context(&instance, None);
+        let masked = secret_values(
+            &instance_registry,
+            &secret_keys(&blueprint.instance.registry),
+        );
+        documents.push(dashboard_document(
+            &evaluator,
+            expression,
+            &blueprint.instance.steps,
+            &context,
+            (&masked, args.show_secrets),
+        )?);
+    }
     if !args.binding {
         let context = evaluator.context(&instance, None);
         documents.extend(step_documents(

@@ -1,9 +1,11 @@
 //! What the tests of `brokkr controller` share: processes, ports, polling, a broker on the
-//! shared-server catalog, and logging in with a binding Secret's credentials.
+//! shared-server catalog, logging in with a binding Secret's credentials, and a local server
+//! playing the Director.
 
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod director;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
