@@ -115,13 +115,7 @@ pub fn instance_mismatch(
     } else if let Some(id) = &instance.spec.external_id
         && !valid_external_id(id)
     {
-        return Some((
-            INVALID,
-            format!(
-                "spec.externalID {id:?} is not an OSB id: use letters, digits and '-._~', not starting with '.', at most {} characters",
-                crate::resources::EXTERNAL_ID_MAX_LEN
-            ),
-        ));
+        return Some(invalid(id));
     }
     let recorded_class = status.and_then(|s| s.service_class_external_id.as_deref());
     if let (Some(recorded), Some(now)) = (recorded_class, class_id)
@@ -140,6 +134,17 @@ pub fn instance_mismatch(
         ));
     }
     None
+}
+
+/// The refusal of a `spec.externalID` the OSB API cannot carry.
+fn invalid(id: &str) -> (&'static str, String) {
+    (
+        INVALID,
+        format!(
+            "spec.externalID {id:?} is not an OSB id: use letters, digits and '-._~', not starting with '.', at most {} characters",
+            crate::resources::EXTERNAL_ID_MAX_LEN
+        ),
+    )
 }
 
 /// Records the ids the broker is about to be (or, for instances from before the record
@@ -209,13 +214,7 @@ pub fn binding_mismatch(
     } else if let Some(id) = &binding.spec.external_id
         && !valid_external_id(id)
     {
-        return Some((
-            INVALID,
-            format!(
-                "spec.externalID {id:?} is not an OSB id: use letters, digits and '-._~', not starting with '.', at most {} characters",
-                crate::resources::EXTERNAL_ID_MAX_LEN
-            ),
-        ));
+        return Some(invalid(id));
     }
     let bound = status.and_then(|s| s.instance.as_ref())?;
     if binding.spec.instance_ref.name != bound.name {

@@ -47,6 +47,19 @@ fn recorded_id(ns: &str, name: &str) -> String {
         .to_owned()
 }
 
+/// `brokkr serve` on the shared-server catalog with its requests logged (each with its
+/// originating user): its directory, its log, the process and its URL.
+fn logged_broker() -> (tempfile::TempDir, tempfile::NamedTempFile, Process, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let (broker, url) = serve_shared_logged(
+        dir.path(),
+        &[("RUST_LOG", "info,brokkr_broker=debug".into())],
+        log.reopen().unwrap(),
+    );
+    (dir, log, broker, url)
+}
+
 /// A tenant edits its instance's `spec.externalID` to the id of another tenant's instance, and
 /// creates one with that id: the API server refuses the edit (CEL, 1.25+) or the controller
 /// ignores it; either way the tenant never gets credentials to the other database, and deleting
@@ -187,13 +200,7 @@ async fn a_namespace_editor_uses_brokkr_in_its_namespace_and_nowhere_else() {
 #[tokio::test]
 #[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
 async fn a_tenant_cannot_speak_to_a_broker_as_someone_else() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let (_broker, broker_url) = serve_shared_logged(
-        dir.path(),
-        &[("RUST_LOG", "info,brokkr_broker=debug".into())],
-        log.reopen().unwrap(),
-    );
+    let (_dir, log, _broker, broker_url) = logged_broker();
     // The broker's log carries the originating user of each request.
     let header = brokkr_osb::headers::OriginatingIdentity::new(
         "kubernetes",
@@ -280,13 +287,7 @@ fn binds(log: &std::path::Path, id: &str) -> usize {
 #[tokio::test]
 #[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
 async fn a_binding_that_cannot_be_written_does_not_hammer_the_broker() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let (_broker, broker_url) = serve_shared_logged(
-        dir.path(),
-        &[("RUST_LOG", "info,brokkr_broker=debug".into())],
-        log.reopen().unwrap(),
-    );
+    let (_dir, log, _broker, broker_url) = logged_broker();
     let scope = Scope::cluster(&broker_url).await;
     let ns = scope.namespace.as_str();
     let tenant = Tenant::edit(ns).await;
