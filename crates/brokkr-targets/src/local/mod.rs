@@ -265,6 +265,7 @@ impl Target for Local {
             password: password()?,
             limits,
             pid: None,
+            answered_once: false,
         };
         (self.supervisor.create(&name, saved, bins).await).map_err(|m| self.invalid(&m))?;
         Ok(())

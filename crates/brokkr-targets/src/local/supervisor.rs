@@ -56,6 +56,14 @@ pub(super) struct Saved {
     pub limits: Limits,
     #[serde(default)]
     pub pid: Option<u32>,
+    /// Whether the server ever answered on `port` (and so its port may have been handed out);
+    /// state saved before this was kept counts as answered.
+    #[serde(default = "answered_before")]
+    pub answered_once: bool,
+}
+
+fn answered_before() -> bool {
+    true
 }
 
 /// The account servers run as (when brokkr is root).
@@ -199,10 +207,31 @@ impl Server {
             return;
         }
         let output = last_lines(&process.logs, &self.saved().password);
+        self.move_off_a_taken_port(&output);
         self.failed_start(match output.is_empty() {
             true => "it exited without a word".to_owned(),
             false => output,
         });
+    }
+
+    /// A server that never answered, and ended because another process holds its port (which
+    /// may take a port between the moment it was found free and the server's start), gets a
+    /// new one for its next start.
+    fn move_off_a_taken_port(&self, output: &str) {
+        let mut saved = self.saved();
+        if saved.answered_once || !output.contains("already in use") {
+            return;
+        }
+        match super::free_port() {
+            Ok(port) => {
+                warn!(server = %self.name, taken = saved.port, port, "local server's port is taken; moving it");
+                saved.port = port;
+                if let Err(e) = self.save(saved) {
+                    warn!(server = %self.name, error = %e, "cannot save the local server's new port");
+                }
+            }
+            Err(e) => warn!(server = %self.name, error = %e, "no port to move the local server to"),
+        }
     }
 
     pub fn data(&self) -> PathBuf {
@@ -314,6 +343,13 @@ impl Server {
         self.usable.store(result.is_ok(), Ordering::SeqCst);
         if result.is_ok() && !self.answered.swap(true, Ordering::SeqCst) {
             *self.starts.lock().expect("starts lock") = Starts::default();
+            let mut saved = self.saved();
+            if !saved.answered_once {
+                saved.answered_once = true;
+                if let Err(e) = self.save(saved) {
+                    warn!(server = %self.name, error = %e, "cannot save the local server's state");
+                }
+            }
         }
         result
     }
