@@ -1,9 +1,8 @@
 //! A tenant's namespaced ServiceBrokers on a real API server (`#[ignore]`d; run with
 //! `BROKKR_E2E_KUBECONFIG=… cargo test -p brokkr --test tenancy_brokers_e2e -- --ignored
-//! --test-threads=1`). The tests act as the tenant: `kubectl --as=tenant-user
-//! --as-group=system:authenticated`, bound to the built-in `edit` ClusterRole in its namespace
-//! and to a Role granting brokkr's broker, class and plan kinds (until `deploy/` aggregates
-//! them into `edit`). What they check: a broker pointed at the API server tells the tenant
+//! --test-threads=1`). The tests act as the tenant: a user impersonated by kubectl, bound to the
+//! built-in `edit` ClusterRole in its namespace, to which deploy/base/tenant-rbac.yaml adds
+//! brokkr's kinds. What they check: a broker pointed at the API server tells the tenant
 //! only that it is not an OSB broker; the cloud metadata address is refused by the URL policy;
 //! a loopback broker is refused by a controller with the default policy; a 120 MiB catalog and a
 //! catalog of too many plans are refused without the controller falling over; and a real broker
@@ -20,49 +19,17 @@ use support::cluster::*;
 use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-const TENANT: [&str; 2] = ["--as=tenant-user", "--as-group=system:authenticated"];
-
-/// A namespace whose editor is `tenant-user`, with brokkr's broker kinds granted to it.
-fn tenant_namespace() -> Namespace {
+/// A namespace whose editor (Kubernetes' `edit` role, to which deploy/base aggregates brokkr's
+/// kinds) the tests act as.
+async fn tenant_namespace() -> Namespace {
     let namespace = Namespace::new();
-    let ns = namespace.as_str();
-    kubectl(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: tenant-edit, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}
-subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-user}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: tenant-brokers, namespace: {ns}}}
-rules:
-- apiGroups: [services.brokkr.dev]
-  resources: [servicebrokers]
-  verbs: [get, list, watch, create, update, patch, delete]
-- apiGroups: [services.brokkr.dev]
-  resources: [serviceclasses, serviceplans]
-  verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: tenant-brokers, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-brokers}}
-subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-user}}]
-"
-        ),
-    );
+    Tenant::edit(namespace.as_str()).await;
     namespace
 }
 
-/// kubectl as the tenant, in `ns`.
+/// kubectl as the editor of `ns`.
 fn as_tenant(ns: &str, args: &[&str], stdin: &str) -> Result<String, String> {
-    let mut all = vec!["-n", ns];
-    all.extend(TENANT);
-    all.extend(args);
-    try_kubectl(&all, Some(stdin))
+    Tenant::of(ns).try_kubectl(args, Some(stdin))
 }
 
 /// The tenant writes a ServiceBroker `name` at `url` (with `extra` spec lines).
@@ -144,7 +111,7 @@ const NOT_OSB: &str = "the broker's answer is not an OSB catalog the controller 
 async fn a_tenant_broker_pointed_at_the_api_server_or_the_metadata_address_learns_nothing() {
     // The test harness's controller allows loopback, where this API server runs.
     let _controller = Controller::start();
-    let namespace = tenant_namespace();
+    let namespace = tenant_namespace().await;
     let ns = namespace.as_str();
     let server = kubectl(
         &[
@@ -201,7 +168,7 @@ async fn a_controller_with_the_default_policy_refuses_a_tenant_broker_on_loopbac
     // The harness's controller allows loopback: this one runs with the defaults. Starting
     // (and stopping) the harness's applies brokkr's CRDs; run these tests one at a time.
     drop(Controller::start());
-    let namespace = tenant_namespace();
+    let namespace = tenant_namespace().await;
     let ns = namespace.as_str();
     let log = tempfile::NamedTempFile::new().unwrap();
     let _controller = Process(
@@ -240,7 +207,7 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     let dir = tempfile::tempdir().unwrap();
     let (_broker, broker_url) = serve_shared(dir.path());
     let _controller = Controller::start();
-    let namespace = tenant_namespace();
+    let namespace = tenant_namespace().await;
     let ns = namespace.as_str();
 
     // 120 MiB of catalog, without a Content-Length.

@@ -124,10 +124,7 @@ impl Tenant {
         .unwrap();
         install_crds();
         kubectl(&["apply", "-f", "-"], &roles);
-        let tenant = Self {
-            user: format!("editor-of-{namespace}"),
-            namespace: namespace.to_owned(),
-        };
+        let tenant = Self::of(namespace);
         kubectl(
             &[
                 "-n",
@@ -156,6 +153,14 @@ impl Tenant {
         })
         .await;
         tenant
+    }
+
+    /// The editor of `namespace`, as [`Tenant::edit`] made it.
+    pub fn of(namespace: &str) -> Self {
+        Self {
+            user: format!("editor-of-{namespace}"),
+            namespace: namespace.to_owned(),
+        }
     }
 
     /// kubectl as the tenant, in its namespace.
