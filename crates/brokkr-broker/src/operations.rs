@@ -221,12 +221,17 @@ pub(crate) fn poll_response(
     if let Some(problem) = problem.filter(|_| op.state == OperationState::Succeeded) {
         description = format!("{description}; not usable since: {problem}");
     }
+    // OSB: `instance_usable` MUST NOT be present for errors of operations other than update and
+    // deprovision (a failed provision has no instance to use).
+    let failed_provision = op.state == OperationState::Failed && op.kind == OpKind::Provision;
     let body = LastOperation {
         state: op.state,
         description: Some(description),
-        instance_usable: usable.or_else(|| {
-            (failed_mutation && r.key.binding_id.is_none()).then_some(r.status == Status::Ready)
-        }),
+        instance_usable: usable
+            .or_else(|| {
+                (failed_mutation && r.key.binding_id.is_none()).then_some(r.status == Status::Ready)
+            })
+            .filter(|_| !failed_provision),
         update_repeatable: (op.state == OperationState::Failed && op.kind == OpKind::Update)
             .then_some(true),
     };

@@ -152,6 +152,11 @@ async fn an_unexpected_status_fails_the_operation_naming_the_call() {
         .wait_done("/v2/service_instances/zone-2/last_operation")
         .await;
     assert_eq!(done.body["state"], "failed");
+    assert!(
+        done.body.get("instance_usable").is_none(),
+        "OSB: not for a failed provision: {:?}",
+        done.body
+    );
     let description = done.description();
     assert!(
         description.contains(&format!("POST {base}/missing answered 404")),
