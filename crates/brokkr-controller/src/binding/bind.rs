@@ -126,7 +126,8 @@ impl Reconcile<'_> {
             }
             Ok(response) => {
                 let credentials = response.body.binding.credentials.unwrap_or_default();
-                self.publish(instance, resolved, credentials).await
+                self.publish_with(instance, resolved, credentials, others)
+                    .await
             }
             Err(e) => self.bind_failed(e).await,
         }
@@ -183,6 +184,18 @@ impl Reconcile<'_> {
         credentials: Map<String, Value>,
     ) -> Result<Action, Error> {
         let others = self.transform_sources().await?;
+        self.publish_with(instance, resolved, credentials, others)
+            .await
+    }
+
+    /// [`Self::publish`] with the `addKeysFrom` Secrets already read.
+    async fn publish_with(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+        credentials: Map<String, Value>,
+        others: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Action, Error> {
         let contents = match secret::contents(
             credentials,
             &resolved.class.external_name,

@@ -72,7 +72,8 @@ pub struct ServiceBindingSpec {
     )]
     #[schemars(extend("pattern" = super::EXTERNAL_ID_PATTERN, "maxLength" = super::EXTERNAL_ID_MAX_LEN))]
     pub external_id: Option<String>,
-    /// Who last changed the spec (set by an admission webhook, where one runs).
+    /// Who last changed the spec; forwarded to the broker only while the API server checks it
+    /// (the `brokkr-user-info` ValidatingAdmissionPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_info: Option<UserInfo>,
 }

@@ -136,7 +136,8 @@ pub struct ServiceInstanceSpec {
     /// Raising this number sends an update with the same spec.
     #[serde(default)]
     pub update_requests: i64,
-    /// Who last changed the spec (set by an admission webhook, where one runs).
+    /// Who last changed the spec; forwarded to the broker only while the API server checks it
+    /// (the `brokkr-user-info` ValidatingAdmissionPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_info: Option<UserInfo>,
 }
