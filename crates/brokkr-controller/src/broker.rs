@@ -489,6 +489,23 @@ pub(crate) async fn osb_client<B: BrokerKind>(
     broker: &B,
     ctx: &Context,
 ) -> Result<OsbClient, Error> {
+    let secret = broker.auth_secret()?;
+    let secret_ref = secret
+        .as_ref()
+        .map(|(ns, name, _)| (ns.clone(), name.clone()));
+    ctx.caches
+        .osb_client(broker, secret_ref, async || {
+            build_osb_client(broker, ctx, secret).await
+        })
+        .await
+}
+
+/// A new client of `broker`, with the credentials of its Secret `secret`.
+async fn build_osb_client<B: BrokerKind>(
+    broker: &B,
+    ctx: &Context,
+    secret: Option<(String, String, bool)>,
+) -> Result<OsbClient, Error> {
     let client = &ctx.client;
     let common = broker.common();
     let policy = &ctx.brokers;
@@ -509,7 +526,7 @@ pub(crate) async fn osb_client<B: BrokerKind>(
             .map_err(|e| Error::Credentials(format!("caBundle is not valid base64: {e}")))?;
         builder = builder.ca_bundle(pem);
     }
-    if let Some((ns, name, basic)) = broker.auth_secret()? {
+    if let Some((ns, name, basic)) = secret {
         let secret = Api::<Secret>::namespaced(client.clone(), &ns)
             .get_opt(&name)
             .await?

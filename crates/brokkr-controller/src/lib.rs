@@ -15,6 +15,9 @@
 //! - [`usage`]: ServiceBindingUsage, a binding's Secret injected into a workload;
 //! - [`run`]: every controller, until a shutdown signal;
 //! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;
+//! - [`cache`]: the watch caches reconciles read instead of the API server;
+//! - [`Scope`]: which namespaces one run serves;
+//! - [`workloads`]: the workload kinds watched, so that usages and projections follow them;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`metrics`]: what they count.
 
@@ -22,6 +25,7 @@ pub mod backoff;
 pub mod binding;
 pub mod broker;
 pub mod broker_hold;
+pub mod cache;
 mod conditions;
 mod finalizer;
 pub mod identity;
@@ -34,23 +38,26 @@ mod platform;
 pub mod projection;
 pub mod projector;
 pub mod resources;
+mod scope;
 mod status;
 pub mod url_policy;
 pub mod usage;
 pub mod user_info;
+pub mod workloads;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use futures::{FutureExt as _, StreamExt as _};
-use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
-use kube::{Api, Client};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 
 use broker::BrokerKind;
 use metrics::Metrics;
 use resources::{ClusterServiceBroker, ServiceBinding, ServiceBroker, ServiceInstance};
+pub use scope::Scope;
 
 /// What every reconcile shares.
 pub struct Context {
@@ -73,11 +80,20 @@ pub struct Context {
     /// How brokers are called and what one may cost: body and catalog limits, timeouts, and
     /// the URL policy of namespaced brokers.
     pub brokers: broker::BrokerPolicy,
+    /// The namespaces served.
+    pub scope: Scope,
+    /// How many objects of one kind are reconciled at once.
+    pub concurrency: u16,
+    /// The catalog, Secrets' and Namespaces' metadata, and brokers' clients, as watched (filled
+    /// by [`run`]).
+    pub caches: cache::Caches,
+    /// The workload kinds watched for the usage and servicebinding.io controllers.
+    pub workloads: workloads::Workloads,
 }
 
 impl Context {
-    /// A context for `client` with fresh metrics, no cluster id, the default wait timeout and
-    /// the default [`broker::BrokerPolicy`].
+    /// A context for `client` with fresh metrics, no cluster id, the default wait timeout,
+    /// the default [`broker::BrokerPolicy`], every namespace, and [`DEFAULT_CONCURRENCY`].
     pub fn new(client: Client) -> Self {
         Self {
             client,
@@ -88,30 +104,136 @@ impl Context {
             user_info: user_info::Guard::default(),
             backoffs: backoff::Backoffs::default(),
             brokers: broker::BrokerPolicy::default(),
+            scope: Scope::default(),
+            concurrency: DEFAULT_CONCURRENCY,
+            caches: cache::Caches::default(),
+            workloads: workloads::Workloads::default(),
         }
+    }
+
+    /// A controller of `K` over `api`: its objects cached without `managedFields`, its watch
+    /// retried with backoff, at most [`Context::concurrency`] reconciles at once.
+    pub(crate) fn controller<K>(&self, api: Api<K>, config: watcher::Config) -> Controller<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (reader, writer) = reflector::store();
+        let objects = watcher(api, config)
+            .default_backoff()
+            .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+            .reflect(writer)
+            .applied_objects();
+        Controller::for_stream(objects, reader)
+            .with_config(controller::Config::default().concurrency(self.concurrency))
+    }
+
+    /// Changes of the scope's objects of `K`, retried with backoff: what wakes a controller
+    /// that follows another kind.
+    pub(crate) fn changes<K>(
+        &self,
+    ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        watcher(self.scope.api::<K>(&self.client), self.scope.watch_config())
+            .default_backoff()
+            .touched_objects()
+    }
+
+    /// Changes of the metadata of the scope's objects of `K`, retried with backoff: what wakes a
+    /// controller that needs to know only that they changed.
+    pub(crate) fn metadata_changes<K>(
+        &self,
+    ) -> impl futures::Stream<Item = Result<kube::core::PartialObjectMeta<K>, watcher::Error>>
+    + Send
+    + 'static
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let api = self
+            .scope
+            .api::<kube::core::PartialObjectMeta<K>>(&self.client);
+        watcher(api, self.scope.watch_config())
+            .default_backoff()
+            .touched_objects()
     }
 }
 
 /// The default of [`Context::wait_timeout`]: one hour.
 pub const DEFAULT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+/// The default of [`Context::concurrency`].
+pub const DEFAULT_CONCURRENCY: u16 = 16;
 
 /// Runs every controller until `shutdown` completes; reconciles in progress then finish.
 pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'static) {
     let client = ctx.client.clone();
-    let instances = instance::controller(&client);
+    // Subscribed before the caches start: no change is missed.
+    let secrets_for_instances = ctx.caches.secret_events();
+    let secrets_for_bindings = ctx.caches.secret_events();
+    let caches = ctx.caches.start(&client, &ctx.scope);
+    let instances = instance::controller(&ctx);
     let _ = ctx.instances.set(instances.store());
     let ctx = Arc::new(ctx);
     let shutdown = shutdown.boxed().shared();
-    let instances = instances
-        // A ServiceBinding that comes or goes may unblock its instance's deletion.
-        .watches(
-            Api::<ServiceBinding>::all(client.clone()),
-            watcher::Config::default(),
-            |binding| {
-                let ns = binding.metadata.namespace.clone()?;
-                Some(ObjectRef::new(identity::bound_instance_name(&binding)).within(&ns))
-            },
+    let caches = futures::future::join_all(caches).map(drop);
+    let (ctx_for_controllers, shutdown_for_controllers) = (ctx.clone(), shutdown.clone());
+    let controllers = async move {
+        // An empty catalog would read as a missing one: nothing is reconciled before the caches
+        // listed everything once.
+        ctx_for_controllers.caches.ready().await;
+        controllers(
+            ctx_for_controllers,
+            instances,
+            secrets_for_instances,
+            secrets_for_bindings,
+            shutdown_for_controllers,
         )
+        .await;
+    };
+    tokio::select! {
+        () = controllers => {}
+        // The caches run until dropped; their watches end only if the API server goes away.
+        () = caches => {}
+    }
+    drop(ctx);
+}
+
+/// Every controller, once the caches are ready.
+async fn controllers(
+    ctx: Arc<Context>,
+    instances: Controller<ServiceInstance>,
+    secrets_for_instances: Option<SecretEvents>,
+    secrets_for_bindings: Option<SecretEvents>,
+    shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
+    let instance_store = instances.store();
+    let instances = instances
+        // A Secret that `parametersFrom` names may change the parameters.
+        .watches_shared_stream(
+            futures::stream::iter(secrets_for_instances).flatten(),
+            move |secret| instance::named_by_secret(&instance_store, &secret),
+        )
+        // A ServiceBinding that comes or goes may unblock its instance's deletion.
+        .watches_stream(ctx.changes::<ServiceBinding>(), |binding| {
+            let ns = binding.metadata.namespace.clone()?;
+            Some(ObjectRef::new(identity::bound_instance_name(&binding)).within(&ns))
+        })
         .graceful_shutdown_on(shutdown.clone())
         .run(instance::reconcile, instance::error_policy, ctx.clone())
         .for_each(|result| async move {
@@ -119,17 +241,16 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
                 tracing::debug!(error = %e, "instance controller");
             }
         });
-    let bindings = Controller::new(
-        Api::<ServiceBinding>::all(client.clone()),
-        watcher::Config::default(),
+    let bindings = ctx.controller(
+        ctx.scope.api::<ServiceBinding>(&ctx.client),
+        ctx.scope.watch_config(),
     );
     let known_bindings = bindings.store();
     let bindings_of_secrets = known_bindings.clone();
     let bindings = bindings
         // A Secret wakes the bindings that own it or read it (parametersFrom, addKeysFrom).
-        .watches(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_shared_stream(
+            futures::stream::iter(secrets_for_bindings).flatten(),
             move |secret| {
                 bindings_of_secrets
                     .state()
@@ -140,22 +261,18 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
             },
         )
         // An instance that becomes Ready (or goes) wakes the bindings that name it.
-        .watches(
-            Api::<ServiceInstance>::all(client.clone()),
-            watcher::Config::default(),
-            move |instance| {
-                let (ns, name) = (instance.metadata.namespace, instance.metadata.name);
-                known_bindings
-                    .state()
-                    .into_iter()
-                    .filter(|b| {
-                        b.metadata.namespace == ns
-                            && name.as_deref() == Some(identity::bound_instance_name(b))
-                    })
-                    .map(|b| ObjectRef::from_obj(&*b))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(ctx.metadata_changes::<ServiceInstance>(), move |instance| {
+            let (ns, name) = (instance.metadata.namespace, instance.metadata.name);
+            known_bindings
+                .state()
+                .into_iter()
+                .filter(|b| {
+                    b.metadata.namespace == ns
+                        && name.as_deref() == Some(identity::bound_instance_name(b))
+                })
+                .map(|b| ObjectRef::from_obj(&*b))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(shutdown.clone())
         .run(binding::reconcile, binding::error_policy, ctx.clone())
         .for_each(|result| async move {
@@ -163,26 +280,52 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
                 tracing::debug!(error = %e, "binding controller");
             }
         });
-    let (ctx_for_usages, shutdown_for_usages) = (ctx.clone(), shutdown.clone());
-    let (ctx_for_projections, shutdown_for_projections) = (ctx.clone(), shutdown.clone());
+    let cluster_brokers = ctx.scope.reconciles_cluster_brokers().then(|| {
+        broker_controller::<ClusterServiceBroker>(
+            ctx.clone(),
+            Api::all(ctx.client.clone()),
+            watcher::Config::default(),
+            shutdown.clone(),
+        )
+    });
+    let brokers = broker_controller::<ServiceBroker>(
+        ctx.clone(),
+        ctx.scope.api(&ctx.client),
+        ctx.scope.watch_config(),
+        shutdown.clone(),
+    );
     futures::join!(
-        broker_controller::<ClusterServiceBroker>(&client, ctx.clone(), shutdown.clone()),
-        broker_controller::<ServiceBroker>(&client, ctx, shutdown),
+        async move {
+            if let Some(c) = cluster_brokers {
+                c.await;
+            }
+        },
+        brokers,
         instances,
         bindings,
-        usage::run(ctx_for_usages, shutdown_for_usages),
-        projection::run(ctx_for_projections, shutdown_for_projections),
+        usage::run(ctx.clone(), shutdown.clone()),
+        projection::run(ctx, shutdown),
     );
 }
 
+/// The Secret changes a controller follows.
+type SecretEvents = kube::runtime::reflector::ReflectHandle<
+    kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>,
+>;
+
 async fn broker_controller<B: BrokerKind>(
-    client: &Client,
     ctx: Arc<Context>,
+    api: Api<B>,
+    config: watcher::Config,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::new(Api::<B>::all(client.clone()), watcher::Config::default())
+    ctx.controller(api, config)
         .graceful_shutdown_on(shutdown)
-        .run(broker::reconcile::<B>, broker::error_policy::<B>, ctx)
+        .run(
+            broker::reconcile::<B>,
+            broker::error_policy::<B>,
+            ctx.clone(),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "broker controller");

@@ -16,9 +16,9 @@
 //! - Conditions `ServiceAvailable`, `WorkloadProjected` and `Ready`, `observedGeneration` and
 //!   `.status.binding`.
 //!
-//! Workloads of arbitrary kinds are not watched: a binding looks again every 10 s while waiting
-//! or when it selects workloads by label, and every 30 s otherwise, so a workload created or
-//! labelled later is picked up then.
+//! The service's kind and the workload's kind are watched ([`crate::workloads`]): a workload
+//! created, renamed or relabelled, or a service whose `.status.binding` moved, wakes the
+//! bindings it concerns at once; each binding also looks again every 5 minutes.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{GroupVersionKind, Selector, SelectorExt as _};
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
@@ -42,6 +42,7 @@ use crate::resources::servicebinding_io::{
     ClusterWorkloadResourceMapping, MappingContainer, MappingTemplate, ServiceBinding,
     ServiceBindingStatus,
 };
+use crate::workloads::{Seen, WorkloadChange};
 
 /// The finalizer under which a binding's projections are removed.
 pub const FINALIZER: &str = "servicebinding.io/finalizer";
@@ -50,8 +51,11 @@ pub const FINALIZER: &str = "servicebinding.io/finalizer";
 pub const WORKLOAD_ANNOTATION: &str = "projection.services.brokkr.dev/workload-kind";
 /// The prefix of the workload annotation recording the mapping a projection used.
 pub const MAPPING_ANNOTATION_PREFIX: &str = "mapping.projection.services.brokkr.dev/";
+/// How soon a failed reconcile is tried again.
 const RECHECK: Duration = Duration::from_secs(10);
-const RESYNC: Duration = Duration::from_secs(30);
+/// How often a binding looks at its service and workloads although none changed (their changes
+/// wake it at once: this is a safety net).
+const RESYNC: Duration = Duration::from_secs(5 * 60);
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -76,17 +80,32 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<ServiceBinding>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(reconcile, error_policy, ctx)
-    .for_each(|result| async move {
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "servicebinding.io controller");
-        }
-    });
+    let controller = ctx.controller(
+        ctx.scope.api::<ServiceBinding>(&client),
+        ctx.scope.watch_config(),
+    );
+    let bindings = controller.store();
+    let controller = controller
+        // A service or workload that appears, goes or changes wakes the bindings it concerns.
+        .reconcile_on(ctx.workloads.changes().flat_map(move |seen| {
+            let concerned: Vec<_> = bindings
+                .state()
+                .into_iter()
+                .filter(|b| match &seen {
+                    Seen::Changed(change) => concerns(b, change),
+                    Seen::Lagged => true,
+                })
+                .map(|b| ObjectRef::from_obj(&*b))
+                .collect();
+            futures::stream::iter(concerned)
+        }))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "servicebinding.io controller");
+            }
+        });
     stopping_on(controller, shutdown).await;
 }
 
@@ -278,14 +297,11 @@ async fn reconcile_inner(binding: &ServiceBinding, ctx: &Context) -> Result<Acti
             message: projected.message.clone(),
         }
     };
-    let done = ready.ok == Some(true);
     observed.push(projected);
     observed.push(ready);
     let binding_secret = secret.ok().map(|name| LocalObjectReference { name });
     write_status(&api, binding, binding_secret, observed).await?;
-    // A selector may match a workload labelled later: look again as often as while waiting.
-    let settled = done && binding.spec.workload.selector.is_none();
-    Ok(Action::requeue(if settled { RESYNC } else { RECHECK }))
+    Ok(Action::requeue(RESYNC))
 }
 
 /// The Secret of the binding's service, or why there is none yet: (reason, message).
@@ -336,14 +352,47 @@ fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
-/// The API resource of `gvk`, if the cluster serves it.
+/// The API resource of `gvk`, if the cluster serves it; its objects are watched from then on,
+/// so that a change to one wakes the bindings that name it.
 async fn served(ctx: &Context, gvk: &GroupVersionKind) -> Result<Option<ApiResource>, Error> {
-    match kube::discovery::pinned_kind(&ctx.client, gvk).await {
-        Ok((resource, _)) => Ok(Some(resource)),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-        Err(kube::Error::Discovery(_)) => Ok(None),
-        Err(e) => Err(e.into()),
+    let resource = ctx.workloads.resource(&ctx.client, gvk).await?;
+    if let Some(resource) = &resource {
+        ctx.workloads.watch(&ctx.client, &ctx.scope, resource);
     }
+    Ok(resource)
+}
+
+/// Whether the change of a watched object concerns `binding`: its service, a workload it
+/// names or selects, or one that carries its projection.
+fn concerns(binding: &ServiceBinding, change: &WorkloadChange) -> bool {
+    let metadata = &change.metadata;
+    if binding.metadata.namespace != metadata.namespace {
+        return false;
+    }
+    let name = metadata.name.as_deref().unwrap_or_default();
+    let is = |api_version: &str, kind: &str| {
+        change.resource.api_version == api_version && change.resource.kind == kind
+    };
+    let (service, workload) = (&binding.spec.service, &binding.spec.workload);
+    if is(&service.api_version, &service.kind) && service.name == name {
+        return true;
+    }
+    if !is(&workload.api_version, &workload.kind) {
+        return false;
+    }
+    let record_key = format!(
+        "{MAPPING_ANNOTATION_PREFIX}{}",
+        projector::volume_name(&binding.name_any())
+    );
+    let labels = metadata.labels.clone().unwrap_or_default();
+    workload.name.as_deref() == Some(name)
+        || workload.selector.as_ref().is_some_and(|selector| {
+            Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(&labels))
+        })
+        || metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(&record_key))
 }
 
 async fn workload_api(

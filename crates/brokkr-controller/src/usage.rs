@@ -25,7 +25,7 @@ use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
@@ -38,6 +38,7 @@ use crate::resources::{
     ServiceBindingUsageStatus, UsageCondition, UsageKind, UsageKindResource, UsageKindSpec,
     WorkloadMapping,
 };
+use crate::workloads::Seen;
 
 /// The finalizer under which a usage's injection is removed.
 pub const FINALIZER: &str = "services.brokkr.dev/service-binding-usage";
@@ -46,8 +47,9 @@ pub const FINALIZER: &str = "services.brokkr.dev/service-binding-usage";
 const RECHECK: Duration = Duration::from_secs(10);
 /// The longest pause between two looks of a waiting usage.
 const MAX_RECHECK: Duration = Duration::from_secs(120);
-/// How often an injected usage checks its workload still carries the injection.
-const RESYNC: Duration = Duration::from_secs(60);
+/// How often an injected usage checks its workload still carries the injection (a change to
+/// the workload wakes it at once: this is a safety net).
+const RESYNC: Duration = Duration::from_secs(5 * 60);
 
 /// Why a reconcile failed: the API server, or a workload the projector cannot edit (the same
 /// failures as a servicebinding.io projection's).
@@ -159,9 +161,9 @@ pub async fn run(
     if let Err(e) = create_shipped_usage_kinds(client).await {
         tracing::warn!(error = %e, "creating the shipped UsageKinds");
     }
-    let controller = Controller::new(
-        Api::<ServiceBindingUsage>::all(client.clone()),
-        watcher::Config::default(),
+    let controller = ctx.controller(
+        ctx.scope.api::<ServiceBindingUsage>(client),
+        ctx.scope.watch_config(),
     );
     let usages = controller.store();
     let using = move |pick: &dyn Fn(&ServiceBindingUsage) -> bool| {
@@ -172,37 +174,27 @@ pub async fn run(
             .map(|u| ObjectRef::from_obj(&*u))
             .collect::<Vec<_>>()
     };
-    let (by_binding, by_secret, by_kind) = (using.clone(), using.clone(), using);
+    let (by_binding, by_secret, by_kind, by_workload) =
+        (using.clone(), using.clone(), using.clone(), using);
     let controller = controller
-        .watches(
-            Api::<ServiceBinding>::all(client.clone()),
-            watcher::Config::default(),
-            move |binding| {
-                let (namespace, name) = (binding.namespace(), binding.name_any());
-                by_binding(&|u| {
-                    u.namespace() == namespace && u.spec.service_binding_ref.name == name
+        .watches_stream(ctx.metadata_changes::<ServiceBinding>(), move |binding| {
+            let (namespace, name) = (binding.namespace(), binding.name_any());
+            by_binding(&|u| u.namespace() == namespace && u.spec.service_binding_ref.name == name)
+        })
+        .watches_stream(ctx.metadata_changes::<Secret>(), move |secret| {
+            let namespace = secret.namespace();
+            let owners: Vec<String> = secret
+                .owner_references()
+                .iter()
+                .filter(|o| {
+                    o.kind == "ServiceBinding" && o.api_version.starts_with(crate::resources::GROUP)
                 })
-            },
-        )
-        .watches(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default(),
-            move |secret| {
-                let namespace = secret.namespace();
-                let owners: Vec<String> = secret
-                    .owner_references()
-                    .iter()
-                    .filter(|o| {
-                        o.kind == "ServiceBinding"
-                            && o.api_version.starts_with(crate::resources::GROUP)
-                    })
-                    .map(|o| o.name.clone())
-                    .collect();
-                by_secret(&|u| {
-                    u.namespace() == namespace && owners.contains(&u.spec.service_binding_ref.name)
-                })
-            },
-        )
+                .map(|o| o.name.clone())
+                .collect();
+            by_secret(&|u| {
+                u.namespace() == namespace && owners.contains(&u.spec.service_binding_ref.name)
+            })
+        })
         .watches(
             Api::<UsageKind>::all(client.clone()),
             watcher::Config::default(),
@@ -211,6 +203,19 @@ pub async fn run(
                 by_kind(&|u| u.spec.used_by.kind == name)
             },
         )
+        // A workload that appears, goes or changes wakes the usages that name it.
+        .reconcile_on(ctx.workloads.changes().flat_map(move |seen| {
+            futures::stream::iter(match seen {
+                Seen::Changed(change) => {
+                    let (namespace, name) = (&change.metadata.namespace, &change.metadata.name);
+                    by_workload(&|u| {
+                        u.metadata.namespace == *namespace
+                            && Some(&u.spec.used_by.name) == name.as_ref()
+                    })
+                }
+                Seen::Lagged => by_workload(&|_| true),
+            })
+        }))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -408,13 +413,11 @@ async fn workload(
         &target.resource.version,
         &target.resource.kind,
     );
-    let resource = match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
-        Ok((resource, _)) => resource,
-        // The kind is not served (yet): as good as a missing workload.
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-        Err(kube::Error::Discovery(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    // A kind not served (yet) is as good as a missing workload.
+    let Some(resource) = ctx.workloads.resource(&ctx.client, &gvk).await? else {
+        return Ok(None);
     };
+    ctx.workloads.watch(&ctx.client, &ctx.scope, &resource);
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &resource);
     Ok(api.get_opt(&target.name).await?.map(|w| (api, w)))
 }

@@ -48,6 +48,8 @@ fn split(path: &str) -> Option<(String, String, Vec<String>)> {
 /// A request, as the verbs read it.
 struct Request<'a> {
     method: &'a Method,
+    /// The client asked for metadata only (`Accept: …;as=PartialObjectMetadata…`).
+    metadata_only: bool,
     content_type: String,
     query: Vec<(String, String)>,
     body: &'a [u8],
@@ -88,6 +90,10 @@ pub(crate) fn handle(
     state.user_agents.push(user_agent.to_owned());
     let request = Request {
         method,
+        metadata_only: headers
+            .get("accept")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("as=PartialObjectMetadata")),
         content_type,
         query: url::form_urlencoded::parse(query.as_bytes())
             .into_owned()
@@ -183,6 +189,17 @@ fn resources(defs: &[KindDef]) -> Value {
         "resources": resources})
 }
 
+/// An object as the client asked for it: whole, or as a `PartialObjectMetadata` (its
+/// `metadata` alone).
+pub(crate) fn shown(object: &Value, metadata_only: bool) -> Value {
+    if metadata_only {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": object["metadata"]})
+    } else {
+        object.clone()
+    }
+}
+
 /// LIST, WATCH and POST on a collection.
 fn collection(state: &mut State, request: &Request<'_>, def: &KindDef, ns: &str) -> Response {
     match *request.method {
@@ -196,18 +213,26 @@ fn collection(state: &mut State, request: &Request<'_>, def: &KindDef, ns: &str)
                     .param("timeoutSeconds")
                     .and_then(|t| t.parse().ok())
                     .map(Duration::from_secs);
-                return watch(state, selection, request.param("resourceVersion"), timeout);
+                let (from, metadata_only) =
+                    (request.param("resourceVersion"), request.metadata_only);
+                return watch(state, selection, from, timeout, metadata_only);
             }
             let items: Vec<Value> = state
                 .objects
                 .iter()
                 .filter(|(k, o)| selection.matches(k, o))
-                .map(|(_, o)| o.clone())
+                .map(|(_, o)| shown(o, request.metadata_only))
                 .collect();
-            ok(
-                json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
-                "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
-            )
+            let (kind, api_version) = if request.metadata_only {
+                (
+                    "PartialObjectMetadataList".to_owned(),
+                    "meta.k8s.io/v1".to_owned(),
+                )
+            } else {
+                (format!("{}List", def.kind), def.api_version())
+            };
+            ok(json!({"kind": kind, "apiVersion": api_version,
+                "metadata": {"resourceVersion": state.version.to_string()}, "items": items}))
         }
         Method::POST => {
             let Ok(mut object) = serde_json::from_slice::<Value>(request.body) else {
@@ -267,7 +292,7 @@ fn object(
     let before = state.objects.get(&key).cloned();
     match *request.method {
         Method::GET => match before {
-            Some(o) => ok(o),
+            Some(o) => ok(shown(&o, request.metadata_only)),
             None => not_found(format!("{what} not found")),
         },
         Method::DELETE => match state.delete(&key) {

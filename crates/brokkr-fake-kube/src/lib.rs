@@ -14,6 +14,8 @@
 //!   starts with an `ADDED` event for every matching object; with one, it replays every change
 //!   after it (the whole history is kept, so a watch never gets 410 Gone). It ends after
 //!   `timeoutSeconds`; bookmarks are never sent;
+//! - GET, LIST and WATCH of metadata alone, as `PartialObjectMetadata(List)`, when the `Accept`
+//!   header asks for it (`as=PartialObjectMetadata`, what kube's `metadata_watcher` sends);
 //! - POST; PUT (replace); PATCH as JSON merge patch, server-side apply (applied as a merge patch:
 //!   fields are never removed by omission, and field managers are not tracked), strategic merge
 //!   patch (also as a merge patch) and JSON patch (RFC 6902; a `test` for `null` passes on an

@@ -25,13 +25,14 @@ pub(crate) fn watch(
     selection: Selection,
     resource_version: Option<&str>,
     timeout: Option<Duration>,
+    metadata_only: bool,
 ) -> Response {
     let first: Vec<Bytes> = match resource_version.filter(|v| !v.is_empty() && *v != "0") {
         None => state
             .objects
             .iter()
             .filter(|(key, object)| selection.matches(key, object))
-            .map(|(_, object)| line("ADDED", object))
+            .map(|(_, object)| line("ADDED", object, metadata_only))
             .collect(),
         Some(v) => {
             let Ok(since) = v.parse::<u64>() else {
@@ -42,7 +43,7 @@ pub(crate) fn watch(
                 .history
                 .iter()
                 .filter(|e| e.version > since && selection.matches(&e.key, &e.object))
-                .map(|e| line(e.kind, &e.object))
+                .map(|e| line(e.kind, &e.object, metadata_only))
                 .collect()
         }
     };
@@ -53,7 +54,8 @@ pub(crate) fn watch(
         (receiver, selection),
         move |(mut receiver, selection)| async move {
             let event = next(&mut receiver, &selection, deadline).await?;
-            Some((line(event.kind, &event.object), (receiver, selection)))
+            let line = line(event.kind, &event.object, metadata_only);
+            Some((line, (receiver, selection)))
         },
     );
     let body = futures::stream::iter(first)
@@ -84,7 +86,8 @@ async fn next(
     }
 }
 
-fn line(kind: &str, object: &serde_json::Value) -> Bytes {
+fn line(kind: &str, object: &serde_json::Value, metadata_only: bool) -> Bytes {
+    let object = crate::api::shown(object, metadata_only);
     let mut text = json!({"type": kind, "object": object}).to_string();
     text.push('\n');
     Bytes::from(text)

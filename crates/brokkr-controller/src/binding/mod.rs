@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
@@ -95,7 +96,7 @@ pub async fn bindings_of(
 
 /// Whether `secret` matters to `binding`: the binding controls it, or names it in
 /// `parametersFrom` or an `addKeysFrom` transform.
-pub fn uses_secret(binding: &ServiceBinding, secret: &Secret) -> bool {
+pub fn uses_secret(binding: &ServiceBinding, secret: &PartialObjectMeta<Secret>) -> bool {
     if binding.metadata.namespace != secret.metadata.namespace {
         return false;
     }
@@ -123,6 +124,16 @@ struct Reconcile<'a> {
 }
 
 impl<'a> Reconcile<'a> {
+    /// Whether the binding's Secret exists: as the Secrets' cache says, or, when the cache
+    /// has not seen it (yet), as the API server says.
+    async fn secret_exists(&self) -> Result<bool, kube::Error> {
+        let name = secret::name(self.binding);
+        if self.ctx.caches.secret(&self.namespace, &name).is_some() {
+            return Ok(true);
+        }
+        Ok(self.secrets.get_metadata_opt(&name).await?.is_some())
+    }
+
     fn new(binding: &'a ServiceBinding, ctx: &'a Context) -> Self {
         let namespace = binding.namespace().unwrap_or_default();
         Self {
@@ -139,16 +150,15 @@ impl<'a> Reconcile<'a> {
         if self.binding.metadata.deletion_timestamp.is_some() {
             return self.delete().await;
         }
+        if self.ctx.caches.terminating(&self.namespace) {
+            // Its namespace is going, and the binding with it: nothing new is written there.
+            return Ok(Action::await_change());
+        }
         let generation = self.binding.metadata.generation.unwrap_or_default();
         let bound = self.status.unbind_status == Some(UnbindStatus::Required)
             && self.status.binding.is_some();
         if bound && !self.status.async_op_in_progress {
-            if self
-                .secrets
-                .get_opt(&secret::name(self.binding))
-                .await?
-                .is_none()
-            {
+            if !self.secret_exists().await? {
                 return self.restore_secret().await;
             }
             if self.status.observed_generation != generation {

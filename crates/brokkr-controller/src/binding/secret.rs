@@ -13,7 +13,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Resource as _, ResourceExt as _};
+use kube::{Api, Resource, ResourceExt as _};
 use serde_json::{Map, Value};
 
 use crate::resources::{SecretTransform, ServiceBinding};
@@ -222,7 +222,7 @@ pub fn name(binding: &ServiceBinding) -> String {
 }
 
 /// Whether `binding` is `secret`'s controller.
-pub fn controlled_by(secret: &Secret, binding: &ServiceBinding) -> bool {
+pub fn controlled_by(secret: &impl Resource, binding: &ServiceBinding) -> bool {
     let uid = binding.uid();
     secret
         .owner_references()

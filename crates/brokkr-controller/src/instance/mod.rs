@@ -28,11 +28,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
+use kube::core::PartialObjectMeta;
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value};
 
 mod delete;
@@ -94,18 +95,12 @@ pub fn error_policy(_: Arc<ServiceInstance>, _: &Error, _: Arc<Context>) -> Acti
     Action::requeue(RECHECK)
 }
 
-/// The ServiceInstance controller, woken also by the Secrets that instances' `parametersFrom`
-/// name.
-pub fn controller(client: &Client) -> Controller<ServiceInstance> {
-    let controller = Controller::new(
-        Api::<ServiceInstance>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let store = controller.store();
-    controller.watches(
-        Api::<Secret>::all(client.clone()),
-        watcher::Config::default(),
-        move |secret| named_by_secret(&store, &secret),
+/// The ServiceInstance controller over the context's scope (what else wakes it is added by
+/// [`crate::run`]).
+pub fn controller(ctx: &Context) -> Controller<ServiceInstance> {
+    ctx.controller(
+        ctx.scope.api::<ServiceInstance>(&ctx.client),
+        ctx.scope.watch_config(),
     )
 }
 
@@ -113,7 +108,7 @@ pub fn controller(client: &Client) -> Controller<ServiceInstance> {
 /// to it may change their parameters.
 pub fn named_by_secret(
     store: &Store<ServiceInstance>,
-    secret: &Secret,
+    secret: &PartialObjectMeta<Secret>,
 ) -> Vec<ObjectRef<ServiceInstance>> {
     let (Some(ns), name) = (secret.namespace(), secret.name_any()) else {
         return Vec::new();

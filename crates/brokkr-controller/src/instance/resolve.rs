@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use brokkr_osb::client::{Client as OsbClient, PlanRef};
-use kube::{Api, ResourceExt as _};
+use kube::ResourceExt as _;
+use kube::runtime::reflector::ObjectRef;
 
 use crate::Context;
 use crate::broker::{Error, osb_client};
 use crate::resources::{
-    ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, CommonServiceClassSpec,
-    CommonServicePlanSpec, ProvisionStatus, ServiceBroker, ServiceClass, ServiceInstance,
-    ServicePlan,
+    CommonServiceClassSpec, CommonServicePlanSpec, ProvisionStatus, ServiceClassStatus,
+    ServiceInstance,
 };
 
 /// How long to poll an operation when the plan does not say (OSB's recommendation).
@@ -85,84 +85,75 @@ struct ClassEntry {
 
 /// A plan resource of either scope.
 struct PlanEntry {
-    name: String,
-    class: String,
     spec: CommonServicePlanSpec,
 }
 
-/// The classes and plans of the instance's scope.
-async fn catalog(
-    ctx: &Context,
-    cluster: bool,
-    ns: &str,
-) -> Result<(Vec<ClassEntry>, Vec<PlanEntry>), Error> {
-    let params = kube::api::ListParams::default();
-    let removed = |s: Option<bool>| s.unwrap_or(false);
-    Ok(if cluster {
-        let classes = Api::<ClusterServiceClass>::all(ctx.client.clone())
-            .list(&params)
-            .await?;
-        let plans = Api::<ClusterServicePlan>::all(ctx.client.clone())
-            .list(&params)
-            .await?;
-        (
-            classes
-                .into_iter()
-                .map(|c| ClassEntry {
-                    name: c.name_any(),
-                    removed: removed(c.status.map(|s| s.removed_from_broker_catalog)),
-                    broker: c.spec.cluster_service_broker_name,
-                    spec: c.spec.common,
+/// The class of the instance's scope that `by` names, from the caches.
+fn find_class(ctx: &Context, cluster: bool, ns: &str, by: &Named) -> Option<ClassEntry> {
+    let removed = |s: Option<&ServiceClassStatus>| s.is_some_and(|s| s.removed_from_broker_catalog);
+    let matches = |name: String, spec: &CommonServiceClassSpec| {
+        by.matches(&name, &spec.external_name, &spec.external_id)
+            .then_some(name)
+    };
+    if cluster {
+        ctx.caches
+            .cluster_classes
+            .state()
+            .into_iter()
+            .find_map(|c| {
+                Some(ClassEntry {
+                    name: matches(c.name_any(), &c.spec.common)?,
+                    removed: removed(c.status.as_ref()),
+                    broker: c.spec.cluster_service_broker_name.clone(),
+                    spec: c.spec.common.clone(),
                 })
-                .collect(),
-            plans
-                .into_iter()
-                .map(|p| PlanEntry {
-                    name: p.name_any(),
-                    class: p.spec.cluster_service_class_ref.name,
-                    spec: p.spec.common,
-                })
-                .collect(),
-        )
+            })
     } else {
-        let classes = Api::<ServiceClass>::namespaced(ctx.client.clone(), ns)
-            .list(&params)
-            .await?;
-        let plans = Api::<ServicePlan>::namespaced(ctx.client.clone(), ns)
-            .list(&params)
-            .await?;
-        (
-            classes
-                .into_iter()
-                .map(|c| ClassEntry {
-                    name: c.name_any(),
-                    removed: removed(c.status.map(|s| s.removed_from_broker_catalog)),
-                    broker: c.spec.service_broker_name,
-                    spec: c.spec.common,
-                })
-                .collect(),
-            plans
-                .into_iter()
-                .map(|p| PlanEntry {
-                    name: p.name_any(),
-                    class: p.spec.service_class_ref.name,
-                    spec: p.spec.common,
-                })
-                .collect(),
-        )
-    })
+        ctx.caches.classes.state().into_iter().find_map(|c| {
+            (c.namespace().as_deref() == Some(ns)).then_some(())?;
+            Some(ClassEntry {
+                name: matches(c.name_any(), &c.spec.common)?,
+                removed: removed(c.status.as_ref()),
+                broker: c.spec.service_broker_name.clone(),
+                spec: c.spec.common.clone(),
+            })
+        })
+    }
+}
+
+/// The plan of the class `class` that `by` names, from the caches.
+fn find_plan(ctx: &Context, cluster: bool, ns: &str, class: &str, by: &Named) -> Option<PlanEntry> {
+    let matches = |name: String, spec: &CommonServicePlanSpec| {
+        by.matches(&name, &spec.external_name, &spec.external_id)
+    };
+    if cluster {
+        ctx.caches.cluster_plans.state().into_iter().find_map(|p| {
+            (p.spec.cluster_service_class_ref.name == class).then_some(())?;
+            matches(p.name_any(), &p.spec.common).then(|| PlanEntry {
+                spec: p.spec.common.clone(),
+            })
+        })
+    } else {
+        ctx.caches.plans.state().into_iter().find_map(|p| {
+            (p.namespace().as_deref() == Some(ns) && p.spec.service_class_ref.name == class)
+                .then_some(())?;
+            matches(p.name_any(), &p.spec.common).then(|| PlanEntry {
+                spec: p.spec.common.clone(),
+            })
+        })
+    }
 }
 
 /// The broker resource whose catalog holds the instance's class, e.g. `ClusterServiceBroker/db`,
 /// found without calling it: what an abandoned instance leaves behind.
 pub(crate) async fn broker_of(instance: &ServiceInstance, ctx: &Context) -> Option<String> {
     let (cluster, class_by, _) = named(instance);
-    let (classes, _) = catalog(ctx, cluster, &instance.namespace().unwrap_or_default())
-        .await
-        .ok()?;
-    let class = classes
-        .into_iter()
-        .find(|c| class_by.matches(&c.name, &c.spec.external_name, &c.spec.external_id))?;
+    let class = find_class(
+        ctx,
+        cluster,
+        &instance.namespace().unwrap_or_default(),
+        &class_by,
+    )?;
     let kind = if cluster {
         "ClusterServiceBroker"
     } else {
@@ -224,15 +215,11 @@ pub(crate) async fn resolve(
     } else {
         ("ServiceClass", "ServicePlan")
     };
-    let (classes, plans) = catalog(ctx, cluster, &ns).await?;
     let provisioned = instance
         .status
         .as_ref()
         .is_some_and(|s| s.provision_status == Some(ProvisionStatus::Provisioned));
-    let Some(class) = classes
-        .into_iter()
-        .find(|c| class_by.matches(&c.name, &c.spec.external_name, &c.spec.external_id))
-    else {
+    let Some(class) = find_class(ctx, cluster, &ns, &class_by) else {
         return Ok(Err(format!(
             "no {class_kind} {class_wanted:?} in any broker's catalog"
         )));
@@ -243,25 +230,32 @@ pub(crate) async fn resolve(
             class.name
         )));
     }
-    let Some(plan) = plans.into_iter().find(|p| {
-        p.class == class.name
-            && plan_by.matches(&p.name, &p.spec.external_name, &p.spec.external_id)
-    }) else {
+    let Some(plan) = find_plan(ctx, cluster, &ns, &class.name, &plan_by) else {
         return Ok(Err(format!(
             "no {plan_kind} {plan_wanted:?} of the {class_kind} {:?}",
             class.spec.external_name
         )));
     };
+    let gone = || {
+        Error::Credentials(format!(
+            "the broker {:?} of the {class_kind} {} does not exist",
+            class.broker, class.name
+        ))
+    };
     let osb = if cluster {
-        let broker = Api::<ClusterServiceBroker>::all(ctx.client.clone())
-            .get(&class.broker)
-            .await?;
-        osb_client(&broker, ctx).await?
+        let broker = ctx
+            .caches
+            .cluster_brokers
+            .get(&ObjectRef::new(&class.broker))
+            .ok_or_else(gone)?;
+        osb_client(broker.as_ref(), ctx).await?
     } else {
-        let broker = Api::<ServiceBroker>::namespaced(ctx.client.clone(), &ns)
-            .get(&class.broker)
-            .await?;
-        osb_client(&broker, ctx).await?
+        let broker = ctx
+            .caches
+            .brokers
+            .get(&ObjectRef::new(&class.broker).within(&ns))
+            .ok_or_else(gone)?;
+        osb_client(broker.as_ref(), ctx).await?
     };
     let osb = ctx.user_info.client(osb, spec.user_info.as_ref())?;
     Ok(Ok(Resolved {

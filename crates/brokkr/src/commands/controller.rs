@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use brokkr_controller::Scope;
 use brokkr_controller::broker::BrokerPolicy;
 use brokkr_controller::lease::LeaseLock;
 use brokkr_controller::metrics::Metrics;
@@ -94,6 +95,33 @@ pub struct ControllerArgs {
     /// downward API's `status.podIPs`); comma-separated.
     #[arg(long, env = "POD_IPS", value_delimiter = ',')]
     pod_ips: Vec<IpAddr>,
+    /// Serve only this namespace (its brokers, instances, bindings, usages and servicebinding.io
+    /// bindings; ClusterServiceBrokers are left to the cluster's controller), with a Role in
+    /// it; repeated or comma-separated, one set of controllers per namespace [default: every
+    /// namespace].
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        env = "BROKKR_NAMESPACES",
+        value_delimiter = ','
+    )]
+    namespaces: Vec<String>,
+    /// Leave these namespaces to controllers of their own (with --namespace); comma-separated
+    /// or repeated.
+    #[arg(
+        long = "exclude-namespace",
+        env = "BROKKR_EXCLUDE_NAMESPACES",
+        value_delimiter = ',',
+        conflicts_with = "namespaces"
+    )]
+    exclude_namespaces: Vec<String>,
+    /// How many objects of one kind are reconciled at once.
+    #[arg(long, env = "BROKKR_CONCURRENCY", default_value_t = brokkr_controller::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
+    /// The most requests per second sent to the Kubernetes API server (watches included); more
+    /// wait their turn.
+    #[arg(long, env = "BROKKR_KUBE_API_QPS", default_value = "50", value_parser = clap::value_parser!(u64).range(1..))]
+    kube_api_qps: u64,
     /// Reconcile without leader election (only one replica may run).
     #[arg(long)]
     no_leader_election: bool,
@@ -122,7 +150,13 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     ));
     let api_server = config.cluster_url.host().map(str::to_owned);
     let brokers = broker_policy(&args, api_server.as_deref()).await?;
-    let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("cannot build a Kubernetes client")?
+        .with_layer(&tower::limit::RateLimitLayer::new(
+            args.kube_api_qps,
+            Duration::from_secs(1),
+        ))
+        .build();
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let health = Arc::new(Health {
@@ -159,17 +193,36 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .ok()
         .flatten()
         .and_then(|ns| ns.metadata.uid);
-    let ctx = brokkr_controller::Context {
-        metrics,
-        cluster_id,
+    let user_info = brokkr_controller::user_info::Guard::default();
+    let context = |scope: Scope| brokkr_controller::Context {
+        metrics: metrics.clone(),
+        cluster_id: cluster_id.clone(),
         wait_timeout: args.wait_timeout,
-        brokers,
+        brokers: brokers.clone(),
+        scope,
+        concurrency: args.concurrency,
+        user_info: user_info.clone(),
         ..brokkr_controller::Context::new(client.clone())
     };
+    let scopes = if args.namespaces.is_empty() {
+        vec![Scope::Cluster {
+            except: args.exclude_namespaces.clone(),
+        }]
+    } else {
+        args.namespaces
+            .iter()
+            .cloned()
+            .map(Scope::Namespace)
+            .collect()
+    };
+    info!(scopes = ?scopes, concurrency = args.concurrency, kube_api_qps = args.kube_api_qps, "serving");
+    let runs: Vec<_> = scopes
+        .into_iter()
+        .map(|scope| brokkr_controller::run(context(scope), shutdown.clone()))
+        .collect();
     // Whose identity is forwarded to brokers: only one the API server checked.
-    let guard = tokio::spawn(ctx.user_info.clone().watch(client.clone()));
-    let controllers =
-        brokkr_controller::run(ctx, shutdown.clone()).inspect(move |()| guard.abort());
+    let guard = tokio::spawn(user_info.watch(client.clone()));
+    let controllers = futures::future::join_all(runs).map(move |_| guard.abort());
     if args.no_leader_election {
         controllers.await;
     } else {

@@ -1,0 +1,294 @@
+//! The watch caches the controllers read instead of the API server.
+//!
+//! A reconcile needs the catalog (classes, plans and the brokers that listed them, of both
+//! scopes), whether a Secret exists and which version of it, and whether a namespace is being
+//! deleted. Asking the API server each time costs requests that grow with instances × catalog
+//! size; here each kind is watched once (kube-runtime reflectors) and read from memory.
+//!
+//! - Catalog kinds are cached whole; Secrets and Namespaces by their metadata alone (a
+//!   `PartialObjectMetadata` watch), so that no credential is held in memory for the cache's
+//!   sake and a cluster's many Secrets cost a few hundred bytes each.
+//! - Every cached object drops its `managedFields`, which the controllers never read and which
+//!   are often the largest part of an object.
+//! - [`Caches::start`] drives the reflectors (once, from [`crate::run`]), and
+//!   [`Caches::ready`] waits for their first complete listing: a controller that started before
+//!   would take an empty catalog for a missing one.
+//! - OSB clients are built once per broker and reused while neither the broker nor its
+//!   credentials Secret changed ([`Caches::osb_client`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use brokkr_osb::client::Client as OsbClient;
+use futures::future::BoxFuture;
+use std::sync::atomic::Ordering;
+
+use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource, ResourceExt as _};
+use serde::de::DeserializeOwned;
+
+use crate::Scope;
+use crate::resources::{
+    ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, ServiceBroker, ServiceClass,
+    ServicePlan,
+};
+
+/// The caches, read by every reconcile.
+pub struct Caches {
+    /// Every ClusterServiceBroker (none in a namespace's own scope, nor the cluster's classes
+    /// and plans, nor Namespaces).
+    pub cluster_brokers: Store<ClusterServiceBroker>,
+    /// Every ServiceBroker of the watched namespaces.
+    pub brokers: Store<ServiceBroker>,
+    /// Every ClusterServiceClass.
+    pub cluster_classes: Store<ClusterServiceClass>,
+    /// Every ClusterServicePlan.
+    pub cluster_plans: Store<ClusterServicePlan>,
+    /// Every ServiceClass of the watched namespaces.
+    pub classes: Store<ServiceClass>,
+    /// Every ServicePlan of the watched namespaces.
+    pub plans: Store<ServicePlan>,
+    /// The metadata of every Secret of the watched namespaces.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// The metadata of every Namespace.
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    writers: Mutex<Option<Writers>>,
+    /// Whether cluster-scoped kinds are watched: not in a namespace's own scope, whose
+    /// controller may not list them and serves only its namespace's brokers.
+    cluster_watched: std::sync::atomic::AtomicBool,
+    osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
+}
+
+/// The writing halves of the stores, until [`Caches::start`] takes them.
+struct Writers {
+    cluster_brokers: Writer<ClusterServiceBroker>,
+    brokers: Writer<ServiceBroker>,
+    cluster_classes: Writer<ClusterServiceClass>,
+    cluster_plans: Writer<ClusterServicePlan>,
+    classes: Writer<ServiceClass>,
+    plans: Writer<ServicePlan>,
+    secrets: Writer<PartialObjectMeta<Secret>>,
+    namespaces: Writer<PartialObjectMeta<Namespace>>,
+}
+
+/// An OSB client, and the versions of the broker and of its credentials Secret it was built
+/// from.
+struct CachedClient {
+    versions: (Option<String>, Option<String>),
+    client: OsbClient,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        let (cluster_brokers, w_cluster_brokers) = reflector::store();
+        let (brokers, w_brokers) = reflector::store();
+        let (cluster_classes, w_cluster_classes) = reflector::store();
+        let (cluster_plans, w_cluster_plans) = reflector::store();
+        let (classes, w_classes) = reflector::store();
+        let (plans, w_plans) = reflector::store();
+        let (secrets, w_secrets) = reflector::store_shared(SECRET_EVENTS_BUFFER);
+        let (namespaces, w_namespaces) = reflector::store();
+        Self {
+            cluster_brokers,
+            brokers,
+            cluster_classes,
+            cluster_plans,
+            classes,
+            plans,
+            secrets,
+            namespaces,
+            writers: Mutex::new(Some(Writers {
+                cluster_brokers: w_cluster_brokers,
+                brokers: w_brokers,
+                cluster_classes: w_cluster_classes,
+                cluster_plans: w_cluster_plans,
+                classes: w_classes,
+                plans: w_plans,
+                secrets: w_secrets,
+                namespaces: w_namespaces,
+            })),
+            cluster_watched: std::sync::atomic::AtomicBool::new(false),
+            osb_clients: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// How many Secret changes may wait for the slowest controller that follows them.
+const SECRET_EVENTS_BUFFER: usize = 1024;
+
+impl Caches {
+    /// A stream of the Secrets (metadata) that change, for a controller to follow; `None` once
+    /// [`Caches::start`] ran.
+    pub fn secret_events(&self) -> Option<ReflectHandle<PartialObjectMeta<Secret>>> {
+        self.writers
+            .lock()
+            .expect("lock")
+            .as_ref()?
+            .secrets
+            .subscribe()
+    }
+
+    /// The futures that fill the caches from watches of `client`, namespaced kinds within
+    /// `scope`; they run until dropped. Only the first call gets them; later calls get none.
+    pub fn start(&self, client: &Client, scope: &Scope) -> Vec<BoxFuture<'static, ()>> {
+        let Some(w) = self.writers.lock().expect("lock").take() else {
+            return Vec::new();
+        };
+        let config = scope.watch_config();
+        let mut drivers = vec![
+            reflect(scope.api(client), config.clone(), w.brokers),
+            reflect(scope.api(client), config.clone(), w.classes),
+            reflect(scope.api(client), config.clone(), w.plans),
+            reflect_metadata(
+                scope.api::<PartialObjectMeta<Secret>>(client),
+                config,
+                w.secrets,
+                true,
+            ),
+        ];
+        if scope.reconciles_cluster_brokers() {
+            self.cluster_watched.store(true, Ordering::Relaxed);
+            let all = watcher::Config::default;
+            let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
+            drivers.extend([
+                reflect(Api::all(client.clone()), all(), w.cluster_brokers),
+                reflect(Api::all(client.clone()), all(), w.cluster_classes),
+                reflect(Api::all(client.clone()), all(), w.cluster_plans),
+                reflect_metadata(namespaces, all(), w.namespaces, false),
+            ]);
+        }
+        drivers
+    }
+
+    /// Waits until every cache has listed its kind once.
+    pub async fn ready(&self) {
+        // `wait_until_ready` fails only when the writer is dropped, i.e. at shutdown.
+        let _ = futures::join!(
+            self.brokers.wait_until_ready(),
+            self.classes.wait_until_ready(),
+            self.plans.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+        );
+        if self.cluster_watched.load(Ordering::Relaxed) {
+            let _ = futures::join!(
+                self.cluster_brokers.wait_until_ready(),
+                self.cluster_classes.wait_until_ready(),
+                self.cluster_plans.wait_until_ready(),
+                self.namespaces.wait_until_ready(),
+            );
+        }
+    }
+
+    /// Whether the namespace is being deleted (nothing new may be written into it).
+    pub fn terminating(&self, namespace: &str) -> bool {
+        self.namespaces
+            .get(&ObjectRef::new(namespace))
+            .is_some_and(|ns| ns.metadata.deletion_timestamp.is_some())
+    }
+
+    /// The metadata of the Secret `namespace/name`, as last watched.
+    pub fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::sync::Arc<PartialObjectMeta<Secret>>> {
+        self.secrets.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The OSB client of a broker: the one built before when neither the broker nor its
+    /// credentials Secret changed since, else one `build` makes (and that is kept).
+    pub async fn osb_client<B, F>(
+        &self,
+        broker: &B,
+        secret: Option<(String, String)>,
+        build: F,
+    ) -> Result<OsbClient, crate::broker::Error>
+    where
+        B: Resource<DynamicType = ()>,
+        F: AsyncFnOnce() -> Result<OsbClient, crate::broker::Error>,
+    {
+        let key = ObjectRef::<ClusterServiceBroker>::new(&broker.name_any())
+            .within(broker.namespace().as_deref().unwrap_or_default());
+        let secret_version = secret
+            .and_then(|(ns, name)| self.secret(&ns, &name))
+            .and_then(|s| s.metadata.resource_version.clone());
+        let versions = (broker.meta().resource_version.clone(), secret_version);
+        if let Some(cached) = self.osb_clients.lock().expect("lock").get(&key)
+            && cached.versions == versions
+            && versions.0.is_some()
+        {
+            return Ok(cached.client.clone());
+        }
+        let client = build().await?;
+        self.osb_clients.lock().expect("lock").insert(
+            key,
+            CachedClient {
+                versions,
+                client: client.clone(),
+            },
+        );
+        Ok(client)
+    }
+}
+
+/// Strips what no controller reads from a watched object.
+fn slim<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// Fills `writer` from a watch of `api`'s objects.
+fn reflect<K>(api: Api<K>, config: watcher::Config, writer: Writer<K>) -> BoxFuture<'static, ()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .for_each(|event| async move {
+            if let Err(e) = event {
+                tracing::debug!(error = %e, "cache watch");
+            }
+        })
+        .boxed()
+}
+
+/// Fills `writer` from a watch of the metadata of `api`'s objects; `shared` when the writer
+/// was made with `store_shared` and its subscribers follow the changes.
+fn reflect_metadata<K>(
+    api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
+    writer: Writer<PartialObjectMeta<K>>,
+    shared: bool,
+) -> BoxFuture<'static, ()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let events = watcher(api, config).default_backoff().modify(slim);
+    let log = |event: Result<_, watcher::Error>| async move {
+        if let Err(e) = event {
+            tracing::debug!(error = %e, "cache watch");
+        }
+    };
+    if shared {
+        events.reflect_shared(writer).for_each(log).boxed()
+    } else {
+        events.reflect(writer).for_each(log).boxed()
+    }
+}

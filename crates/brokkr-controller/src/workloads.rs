@@ -1,0 +1,142 @@
+//! Workloads watched: the usage and servicebinding.io controllers react to a workload that
+//! appears, is renamed or relabelled, instead of polling for it.
+//!
+//! Workload kinds are open-ended (any UsageKind, any kind a servicebinding.io binding names), so
+//! a watch starts the first time a controller meets a kind ([`Workloads::watch`]) and runs
+//! until the controllers stop. Only metadata is watched (`PartialObjectMetadata`): names,
+//! labels and the annotations projections record are what decides which usages and bindings a
+//! change concerns, and a cluster's many Deployments then cost little memory. Every change is
+//! published to the controllers that [`Workloads::changes`] subscribed, which map it to the
+//! objects to reconcile; a subscriber that falls behind is told so and reconciles everything it
+//! may have missed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client};
+use tokio::sync::broadcast;
+
+use crate::Scope;
+
+/// How many workload changes a slow subscriber may be behind before it is told it lagged.
+const BUFFER: usize = 4096;
+
+/// A workload that changed (or went).
+#[derive(Debug)]
+pub struct WorkloadChange {
+    /// Its kind.
+    pub resource: ApiResource,
+    /// Its metadata, as watched (namespace, name, labels, annotations).
+    pub metadata: ObjectMeta,
+}
+
+/// What a subscriber gets: a change, or word that it missed some.
+#[derive(Debug, Clone)]
+pub enum Seen {
+    /// A workload changed.
+    Changed(Arc<WorkloadChange>),
+    /// Changes were missed: everything that depends on workloads should be looked at again.
+    Lagged,
+}
+
+/// The workload kinds watched, and the changes seen.
+pub struct Workloads {
+    watched: Mutex<HashMap<(String, String, String), tokio::task::JoinHandle<()>>>,
+    changes: broadcast::Sender<Arc<WorkloadChange>>,
+    /// The kinds discovered so far (a kind once served stays served for the controller's
+    /// purposes; a request to a kind removed since fails like one to a missing workload).
+    discovered: Mutex<HashMap<GroupVersionKind, ApiResource>>,
+}
+
+impl Default for Workloads {
+    fn default() -> Self {
+        Self {
+            watched: Mutex::new(HashMap::new()),
+            changes: broadcast::channel(BUFFER).0,
+            discovered: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Drop for Workloads {
+    fn drop(&mut self) {
+        for (_, task) in self.watched.lock().expect("lock").drain() {
+            task.abort();
+        }
+    }
+}
+
+impl Workloads {
+    /// The API resource of `gvk`, if the cluster serves it (discovered once).
+    pub async fn resource(
+        &self,
+        client: &Client,
+        gvk: &GroupVersionKind,
+    ) -> Result<Option<ApiResource>, kube::Error> {
+        if let Some(found) = self.discovered.lock().expect("lock").get(gvk) {
+            return Ok(Some(found.clone()));
+        }
+        match kube::discovery::pinned_kind(client, gvk).await {
+            Ok((resource, _)) => {
+                let mut discovered = self.discovered.lock().expect("lock");
+                discovered.insert(gvk.clone(), resource.clone());
+                Ok(Some(resource))
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(kube::Error::Discovery(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts watching the workloads of `resource` in `scope`, unless they are watched already.
+    pub fn watch(&self, client: &Client, scope: &Scope, resource: &ApiResource) {
+        let key = (
+            resource.group.clone(),
+            resource.version.clone(),
+            resource.plural.clone(),
+        );
+        let mut watched = self.watched.lock().expect("lock");
+        if watched.contains_key(&key) {
+            return;
+        }
+        type Metadata = PartialObjectMeta<DynamicObject>;
+        let api = match scope {
+            Scope::Namespace(ns) => Api::<Metadata>::namespaced_with(client.clone(), ns, resource),
+            Scope::Cluster { .. } => Api::<Metadata>::all_with(client.clone(), resource),
+        };
+        let (sender, resource) = (self.changes.clone(), resource.clone());
+        let task = watcher(api, scope.watch_config())
+            .default_backoff()
+            .touched_objects()
+            .for_each(move |seen| {
+                match seen {
+                    // Nobody listening is no failure: the controllers subscribe before watching.
+                    Ok(object) => drop(sender.send(Arc::new(WorkloadChange {
+                        resource: resource.clone(),
+                        metadata: object.metadata,
+                    }))),
+                    Err(e) => tracing::debug!(error = %e, kind = %resource.kind, "workload watch"),
+                }
+                futures::future::ready(())
+            });
+        watched.insert(key, tokio::spawn(task));
+    }
+
+    /// The changes seen from now on.
+    pub fn changes(&self) -> impl futures::Stream<Item = Seen> + Send + 'static {
+        futures::stream::unfold(self.changes.subscribe(), |mut receiver| async move {
+            let seen = match receiver.recv().await {
+                Ok(change) => Seen::Changed(change),
+                Err(broadcast::error::RecvError::Lagged(_)) => Seen::Lagged,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            Some((seen, receiver))
+        })
+    }
+}
