@@ -2,7 +2,7 @@
 //! credentials, and rotation (predecessor bindings, `expires_at` and `renew_before`).
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::support::instance;
@@ -304,7 +304,7 @@ fn osb_time(text: &Value) -> i64 {
     let text = text.as_str().expect("a timestamp string");
     let at = |i: usize| text.as_bytes()[i];
     assert!(
-        text.len() == 23 && at(4) == b'-' && at(10) == b'T' && at(19) == b'.' && at(22) == b'Z',
+        text.len() == 22 && at(4) == b'-' && at(10) == b'T' && at(19) == b'.' && at(21) == b'Z',
         "yyyy-mm-ddThh:mm:ss.sZ: {text}"
     );
     let n = |r: std::ops::Range<usize>| text[r].parse::<i64>().unwrap();
@@ -333,7 +333,7 @@ async fn rotation_rules(backend: Backend) {
     assert!(plans[2].get("binding_rotatable").is_none(), "{plans}");
 
     let body = |plan: &str, extra: Value| {
-        let mut body = json!({"service_id": "svc-db", "plan_id": plan});
+        let mut body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-db", "plan_id": plan});
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
