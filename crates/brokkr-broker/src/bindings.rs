@@ -1,4 +1,6 @@
-//! Binding endpoints: bind, unbind, fetch and last_operation.
+//! Binding endpoints: bind, unbind, fetch and last_operation. A bind may rotate a predecessor
+//! binding of the same instance (OSB `predecessor_binding_id`); a binding whose plan gives its
+//! credentials a lifetime answers `expires_at` and `renew_before` as binding metadata.
 
 use axum::Router;
 use axum::body::Body;
@@ -186,7 +188,8 @@ async fn successor_parameters(
 ) -> Result<Option<Map<String, Value>>, ApiError> {
     let store = broker.engine.store();
     let existing = store.get(key).await?.filter(|b| {
-        b.status != Status::Deleted && b.attrs.predecessor_binding_id.as_deref() == Some(predecessor)
+        b.status != Status::Deleted
+            && b.attrs.predecessor_binding_id.as_deref() == Some(predecessor)
     });
     if let Some(existing) = existing {
         return Ok(req.parameters.clone().or(existing.attrs.parameters));
@@ -215,7 +218,11 @@ async fn successor_parameters(
     if old.status != Status::Ready {
         return Err(ApiError::bad_request(format!(
             "predecessor binding {predecessor} is not bound: its bind {}",
-            if old.op.in_progress() { "is in progress" } else { "failed" }
+            if old.op.in_progress() {
+                "is in progress"
+            } else {
+                "failed"
+            }
         )));
     }
     if old.op.in_progress() && old.op.kind == OpKind::Unbind {

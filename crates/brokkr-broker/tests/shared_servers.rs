@@ -937,7 +937,10 @@ impl Server for Postgres {
     }
     async fn logs_in(&self, credentials: &Value) -> bool {
         match PgConnection::connect(s(credentials, "uri")).await {
-            Ok(mut c) => sqlx::query("SELECT n FROM rotated").execute(&mut c).await.is_ok(),
+            Ok(mut c) => sqlx::query("SELECT n FROM rotated")
+                .execute(&mut c)
+                .await
+                .is_ok(),
             Err(_) => false,
         }
     }
@@ -955,12 +958,17 @@ impl Server for Mysql {
     }
     async fn logs_in(&self, credentials: &Value) -> bool {
         match MySqlConnection::connect(s(credentials, "uri")).await {
-            Ok(mut c) => sqlx::query("SELECT n FROM rotated").execute(&mut c).await.is_ok(),
+            Ok(mut c) => sqlx::query("SELECT n FROM rotated")
+                .execute(&mut c)
+                .await
+                .is_ok(),
             Err(_) => false,
         }
     }
     async fn writes(&self, credentials: &Value) -> bool {
-        let mut c = MySqlConnection::connect(s(credentials, "uri")).await.unwrap();
+        let mut c = MySqlConnection::connect(s(credentials, "uri"))
+            .await
+            .unwrap();
         let insert = sqlx::query("INSERT INTO rotated VALUES (2)");
         insert.execute(&mut c).await.is_ok()
     }
@@ -979,14 +987,19 @@ impl Server for Redis {
     async fn logs_in(&self, credentials: &Value) -> bool {
         use redis::AsyncCommands;
         match redis_login(credentials).await {
-            Ok(mut c) => c.get::<_, Option<String>>(rotated_key(credentials)).await.is_ok(),
+            Ok(mut c) => c
+                .get::<_, Option<String>>(rotated_key(credentials))
+                .await
+                .is_ok(),
             Err(_) => false,
         }
     }
     async fn writes(&self, credentials: &Value) -> bool {
         use redis::AsyncCommands;
         let mut c = redis_login(credentials).await.unwrap();
-        c.set::<_, _, ()>(rotated_key(credentials), "2").await.is_ok()
+        c.set::<_, _, ()>(rotated_key(credentials), "2")
+            .await
+            .is_ok()
     }
 }
 
@@ -1025,7 +1038,10 @@ async fn rotation_on(plan: (&str, &str), server: impl Server) {
     );
 
     broker.unbind_ok(plan, &id, "old").await;
-    assert!(!server.logs_in(&old).await, "the unbound predecessor is refused");
+    assert!(
+        !server.logs_in(&old).await,
+        "the unbound predecessor is refused"
+    );
     assert!(server.logs_in(&new).await, "the successor still logs in");
 
     broker.unbind_ok(plan, &id, "new").await;

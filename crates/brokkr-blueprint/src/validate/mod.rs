@@ -279,7 +279,10 @@ impl Validator {
                 &names,
             );
             let mut plan = plan.clone();
-            let rotates = blueprint.binding.as_ref().is_some_and(|b| b.rotation.is_some());
+            let rotates = blueprint
+                .binding
+                .as_ref()
+                .is_some_and(|b| b.rotation.is_some());
             if rotates {
                 if plan.binding_rotatable == Some(false) {
                     self.error(
@@ -403,7 +406,11 @@ mod tests {
         );
         let config = load_str("fine.yaml", &yaml).unwrap();
         let plans = &config.catalog.services[0].plans;
-        assert_eq!(plans[0].binding_rotatable, Some(true), "served as rotatable");
+        assert_eq!(
+            plans[0].binding_rotatable,
+            Some(true),
+            "served as rotatable"
+        );
         assert_eq!(plans[1].binding_rotatable, Some(false), "served as written");
         let catalog_json: serde_json::Value =
             serde_json::from_slice(&config.catalog_json()).unwrap();
@@ -431,7 +438,8 @@ mod tests {
             "{catalog}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}, rotation: {{lifetme: 1h}}}}}}\n- {{service: s, plan: q, binding: {{credentials: {{type: x}}}}}}\n"
         ));
         assert!(
-            errs.iter().any(|e| e.contains("rotation.lifetme: unknown field `lifetme`; did you mean `lifetime`?")),
+            errs.iter().any(|e| e
+                .contains("rotation.lifetme: unknown field `lifetme`; did you mean `lifetime`?")),
             "{errs:#?}"
         );
     }

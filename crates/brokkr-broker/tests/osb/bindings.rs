@@ -7,7 +7,11 @@ use serde_json::{Value, json};
 use crate::harness::*;
 use crate::support::instance;
 
-store_tests!(binding_rules, registry_values_feed_credentials, rotation_rules);
+store_tests!(
+    binding_rules,
+    registry_values_feed_credentials,
+    rotation_rules
+);
 
 const REGISTRY_CONFIG: &str = r#"
 catalog:
@@ -116,8 +120,8 @@ async fn binding_rules(backend: Backend) {
             "invalid parameters",
         ),
         (
-            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "predecessor_binding_id": "b-1"}),
-            "cannot be rotated",
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "predecessor_binding_id": "nope"}),
+            "predecessor binding nope does not exist",
         ),
     ] {
         let r = b
@@ -328,7 +332,10 @@ async fn rotation_rules(backend: Backend) {
     let b = start_with(backend, ROTATION_CONFIG).await;
     let catalog = b.get("/v2/catalog").await;
     let plans = &catalog.body["services"][0]["plans"];
-    assert_eq!(plans[0]["binding_rotatable"], true, "a plan with a rotation");
+    assert_eq!(
+        plans[0]["binding_rotatable"], true,
+        "a plan with a rotation"
+    );
     assert_eq!(plans[1]["binding_rotatable"], true);
     assert!(plans[2].get("binding_rotatable").is_none(), "{plans}");
 
@@ -339,7 +346,12 @@ async fn rotation_rules(backend: Backend) {
             .extend(extra.as_object().unwrap().clone());
         body
     };
-    for (id, plan) in [("i-1", "plan-rot"), ("i-2", "plan-rot"), ("i-3", "plan-brief"), ("i-4", "plan-fixed")] {
+    for (id, plan) in [
+        ("i-1", "plan-rot"),
+        ("i-2", "plan-rot"),
+        ("i-3", "plan-brief"),
+        ("i-4", "plan-fixed"),
+    ] {
         let r = b.put(&instance(id), body(plan, json!({}))).await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     }
@@ -347,7 +359,10 @@ async fn rotation_rules(backend: Backend) {
 
     let before = now_ms();
     let first = b
-        .put(&bind("i-1", "b-1"), body("plan-rot", json!({"parameters": {"access": "read-only"}})))
+        .put(
+            &bind("i-1", "b-1"),
+            body("plan-rot", json!({"parameters": {"access": "read-only"}})),
+        )
         .await;
     assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
     let expires_at = osb_time(&first.body["metadata"]["expires_at"]);
@@ -359,7 +374,10 @@ async fn rotation_rules(backend: Backend) {
     );
     assert_eq!(expires_at - renew_before, 7 * DAY, "renew 7 days before");
     let fetched = b.get(&bind("i-1", "b-1")).await;
-    assert_eq!(fetched.body["metadata"], first.body["metadata"], "fetch answers the same");
+    assert_eq!(
+        fetched.body["metadata"], first.body["metadata"],
+        "fetch answers the same"
+    );
 
     // The successor: new credentials, the predecessor's parameters, its own expiry.
     let rotate = body("plan-rot", json!({"predecessor_binding_id": "b-1"}));
@@ -380,30 +398,71 @@ async fn rotation_rules(backend: Backend) {
         "the predecessor lives on until it is unbound"
     );
     // Parameters sent with the rotation replace the predecessor's.
-    let own = body("plan-rot", json!({"predecessor_binding_id": "b-1", "parameters": {"access": "read-write"}}));
+    let own = body(
+        "plan-rot",
+        json!({"predecessor_binding_id": "b-1", "parameters": {"access": "read-write"}}),
+    );
     let third = b.put(&bind("i-1", "b-3"), own).await;
     assert_eq!(third.body["credentials"]["access"], "read-write");
 
     // A bad predecessor is refused with 400, and nothing is created.
-    b.put(&bind("i-2", "other"), body("plan-rot", json!({}))).await;
-    let brief = b.put(&bind("i-3", "brief"), body("plan-brief", json!({}))).await;
-    assert!(brief.body["metadata"].get("renew_before").is_none(), "{:?}", brief.body);
-    b.put(&bind("i-4", "fixed"), body("plan-fixed", json!({}))).await;
+    b.put(&bind("i-2", "other"), body("plan-rot", json!({})))
+        .await;
+    let brief = b
+        .put(&bind("i-3", "brief"), body("plan-brief", json!({})))
+        .await;
+    assert!(
+        brief.body["metadata"].get("renew_before").is_none(),
+        "{:?}",
+        brief.body
+    );
+    b.put(&bind("i-4", "fixed"), body("plan-fixed", json!({})))
+        .await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     for (i, plan, predecessor, message) in [
-        ("i-1", "plan-rot", "missing", "predecessor binding missing does not exist for instance i-1"),
-        ("i-1", "plan-rot", "other", "predecessor binding other does not exist for instance i-1"),
-        ("i-1", "plan-rot", "new", "binding new cannot be its own predecessor"),
-        ("i-3", "plan-brief", "brief", "predecessor binding brief expired at "),
-        ("i-4", "plan-fixed", "fixed", "bindings of plan \"fixed\" cannot be rotated"),
+        (
+            "i-1",
+            "plan-rot",
+            "missing",
+            "predecessor binding missing does not exist for instance i-1",
+        ),
+        (
+            "i-1",
+            "plan-rot",
+            "other",
+            "predecessor binding other does not exist for instance i-1",
+        ),
+        (
+            "i-1",
+            "plan-rot",
+            "new",
+            "binding new cannot be its own predecessor",
+        ),
+        (
+            "i-3",
+            "plan-brief",
+            "brief",
+            "predecessor binding brief expired at ",
+        ),
+        (
+            "i-4",
+            "plan-fixed",
+            "fixed",
+            "bindings of plan \"fixed\" cannot be rotated",
+        ),
     ] {
         let r = b
-            .put(&bind(i, "new"), body(plan, json!({"predecessor_binding_id": predecessor})))
+            .put(
+                &bind(i, "new"),
+                body(plan, json!({"predecessor_binding_id": predecessor})),
+            )
             .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
         assert!(r.description().contains(message), "{message}: {:?}", r.body);
         assert_eq!(
-            b.get(&format!("{}/last_operation", bind(i, "new"))).await.status,
+            b.get(&format!("{}/last_operation", bind(i, "new")))
+                .await
+                .status,
             StatusCode::NOT_FOUND,
             "nothing was created"
         );
@@ -411,10 +470,19 @@ async fn rotation_rules(backend: Backend) {
 
     // Once the predecessor is unbound, a repeated rotation is still answered from the successor.
     let q = "service_id=svc-db&plan_id=plan-rot";
-    assert_eq!(b.delete(&format!("{}?{q}", bind("i-1", "b-1"))).await.status, StatusCode::OK);
+    assert_eq!(
+        b.delete(&format!("{}?{q}", bind("i-1", "b-1")))
+            .await
+            .status,
+        StatusCode::OK
+    );
     let repeat = b.put(&bind("i-1", "b-2"), rotate.clone()).await;
     assert_eq!(repeat.status, StatusCode::OK, "{:?}", repeat.body);
     assert_eq!(repeat.body["credentials"], second.body["credentials"]);
     let late = b.put(&bind("i-1", "b-4"), rotate).await;
-    assert_eq!(late.status, StatusCode::BAD_REQUEST, "an unbound predecessor");
+    assert_eq!(
+        late.status,
+        StatusCode::BAD_REQUEST,
+        "an unbound predecessor"
+    );
 }

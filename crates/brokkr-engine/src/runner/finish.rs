@@ -3,8 +3,8 @@
 
 use tracing::{info, warn};
 
-use super::{Engine, ms};
 use super::failure::{Failure, RunError};
+use super::{Engine, ms};
 use crate::metrics::OperationLabels;
 use crate::model::{Event, Key, OpKind, Resource, Status};
 use crate::now_ms;

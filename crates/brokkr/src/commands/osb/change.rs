@@ -290,7 +290,9 @@ pub(super) async fn bind(
             );
         }
         if predecessor == binding_id {
-            bail!("binding {binding_id:?} cannot be its own predecessor: give the new binding another id");
+            bail!(
+                "binding {binding_id:?} cannot be its own predecessor: give the new binding another id"
+            );
         }
     }
     let request = BindRequest {
@@ -306,12 +308,7 @@ pub(super) async fn bind(
         .bind(instance_id, binding_id, &request, true)
         .await
         .map_err(explain)?;
-    let mut outcome = Outcome::new(
-        target,
-        "bind",
-        &answer,
-        answer.body.operation.clone(),
-    );
+    let mut outcome = Outcome::new(target, "bind", &answer, answer.body.operation.clone());
     let ids = PlanRef::new(&service.id, &plan.id);
     let mut binding = (!answer.is_async()).then_some(answer.body.binding);
     settle(broker, &mut outcome, plan, ids.clone(), &args.wait).await?;
