@@ -276,6 +276,32 @@ pub struct BindingBlueprint {
     pub steps: Vec<Step>,
     /// A template tree that renders to the credentials map (see [`crate::template`]).
     pub credentials: Value,
+    /// Whether bindings rotate (OSB `binding_rotatable`), and how long their credentials live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<Rotation>,
+}
+
+/// A plan's binding rotation: a bind may name a predecessor binding (OSB
+/// `predecessor_binding_id`), and the plan is served with `binding_rotatable: true`. Optionally
+/// a binding's credentials expire, answered as OSB binding metadata `expires_at` and
+/// `renew_before`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct Rotation {
+    /// How long a binding's credentials are valid once its bind succeeds (`expires_at`).
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lifetime: Option<Duration>,
+    /// How long before `expires_at` a platform should rotate the binding (`renew_before`);
+    /// needs `lifetime`, and must be shorter.
+    #[serde(
+        default,
+        with = "opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub renew_before: Option<Duration>,
 }
 
 /// An operation a step can take part in; the engine's operations are of these kinds.

@@ -20,7 +20,7 @@ use serde_saphyr::Error as YamlError;
 
 use crate::config::{
     AuthConfig, BindingBlueprint, Blueprint, BrokerConfig, CatalogConfig, File, InstanceBlueprint,
-    RegistryEntry, Step, TargetConfig,
+    RegistryEntry, Rotation, Step, TargetConfig,
 };
 use crate::error::ConfigError;
 use crate::span::{Position, SourceMap};
@@ -308,6 +308,7 @@ fn known_fields(path: &str) -> &'static [&'static str] {
         ["blueprints"] => field_names::<Blueprint>(),
         ["blueprints", "instance"] => field_names::<InstanceBlueprint>(),
         ["blueprints", "binding"] => field_names::<BindingBlueprint>(),
+        ["blueprints", "binding", "rotation"] => field_names::<Rotation>(),
         ["blueprints", _, "registry"] => field_names::<RegistryEntry>(),
         ["blueprints", _, "steps"] => field_names::<Step>(),
         _ => &[],

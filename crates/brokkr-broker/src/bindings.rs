@@ -1,4 +1,6 @@
-//! Binding endpoints: bind, unbind, fetch and last_operation.
+//! Binding endpoints: bind, unbind, fetch and last_operation. A bind may rotate a predecessor
+//! binding of the same instance (OSB `predecessor_binding_id`); a binding whose plan gives its
+//! credentials a lifetime answers `expires_at` and `renew_before` as binding metadata.
 
 use axum::Router;
 use axum::body::Body;
@@ -6,11 +8,13 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
+use brokkr_blueprint::PlanEntry;
 use brokkr_blueprint::config::BindingBlueprint;
 use brokkr_engine::{Attrs, Key, OpKind, Resource, Status};
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{BindRequest, BindingResource};
 use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
 use tracing::info;
 
 use crate::body::{Query, check_id};
@@ -54,12 +58,44 @@ fn binding_attrs(req: &BindRequest, parameters: Option<Map<String, Value>>) -> A
 
 fn binding_body(r: &Resource, with_parameters: bool) -> BindingResource {
     BindingResource {
+        metadata: binding_metadata(r),
         credentials: r.outputs.credentials.clone(),
         parameters: with_parameters
             .then(|| r.attrs.parameters.clone())
             .flatten(),
         ..Default::default()
     }
+}
+
+/// OSB binding metadata: when the credentials expire and when to renew them, if they do.
+fn binding_metadata(r: &Resource) -> Option<Value> {
+    let mut metadata = Map::new();
+    for (name, at) in [
+        ("expires_at", r.outputs.expires_at),
+        ("renew_before", r.outputs.renew_before),
+    ] {
+        if let Some(at) = at {
+            metadata.insert(name.to_owned(), Value::String(osb_timestamp(at)));
+        }
+    }
+    (!metadata.is_empty()).then_some(Value::Object(metadata))
+}
+
+/// `unix_ms` in the form OSB gives binding metadata, `yyyy-mm-ddThh:mm:ss.sZ` in UTC (tenths
+/// of a second, cut rather than rounded: never later than the instant itself).
+fn osb_timestamp(unix_ms: i64) -> String {
+    let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.millisecond() / 100
+    )
 }
 
 async fn bind(
@@ -112,29 +148,16 @@ async fn bind(
         entry.binding_create_schema.as_ref(),
         req.parameters.as_ref(),
     )?;
-    let mut parameters = req.parameters.clone();
-    if let Some(predecessor) = &req.predecessor_binding_id {
-        if entry.plan.binding_rotatable != Some(true) {
-            return Err(ApiError::bad_request(format!(
-                "bindings of plan {:?} cannot be rotated",
-                entry.plan.name
-            )));
-        }
-        let Some(old) = store
-            .get(&Key::binding(&instance_id, predecessor))
-            .await?
-            .filter(|b| b.status == Status::Ready)
-        else {
-            return Err(ApiError::bad_request(format!(
-                "predecessor binding {predecessor} does not exist"
-            )));
-        };
-        if parameters.is_none() {
-            parameters = old.attrs.parameters;
-        }
-    }
-
     let key = Key::binding(&instance_id, &binding_id);
+    let parameters = match &req.predecessor_binding_id {
+        None => req.parameters.clone(),
+        Some(predecessor) => {
+            let parameters = successor_parameters(&broker, entry, &req, &key, predecessor).await?;
+            // The predecessor's parameters were checked against the plan it was bound under.
+            validate_parameters(entry.binding_create_schema.as_ref(), parameters.as_ref())?;
+            parameters
+        }
+    };
     let op = new_operation(&broker, Some(entry), OpKind::Bind, Steps::Configured, None)?;
     let resource = Resource::new(
         key,
@@ -149,6 +172,73 @@ async fn bind(
         instance: &instance,
     };
     create(&broker, &creation, resource, accepts_incomplete).await
+}
+
+/// The parameters of the bind `req` of binding `key`, which rotates `predecessor`: the
+/// request's, or else the predecessor's. The predecessor must be a binding of the same instance
+/// that is bound, not being unbound and not expired, of a plan whose bindings rotate; a bind
+/// that breaks one of these is refused with 400 and changes nothing. A repeated request for a
+/// successor that exists is answered from it, even once its predecessor is gone.
+async fn successor_parameters(
+    broker: &Broker,
+    entry: &PlanEntry,
+    req: &BindRequest,
+    key: &Key,
+    predecessor: &str,
+) -> Result<Option<Map<String, Value>>, ApiError> {
+    let store = broker.engine.store();
+    let existing = store.get(key).await?.filter(|b| {
+        b.status != Status::Deleted
+            && b.attrs.predecessor_binding_id.as_deref() == Some(predecessor)
+    });
+    if let Some(existing) = existing {
+        return Ok(req.parameters.clone().or(existing.attrs.parameters));
+    }
+    let instance_id = &key.instance_id;
+    if entry.plan.binding_rotatable != Some(true) {
+        return Err(ApiError::bad_request(format!(
+            "bindings of plan {:?} cannot be rotated: the plan is not binding_rotatable",
+            entry.plan.name
+        )));
+    }
+    if key.binding_id.as_deref() == Some(predecessor) {
+        return Err(ApiError::bad_request(format!(
+            "binding {predecessor} cannot be its own predecessor"
+        )));
+    }
+    let old = store
+        .get(&Key::binding(instance_id, predecessor))
+        .await?
+        .filter(|b| b.status != Status::Deleted);
+    let Some(old) = old else {
+        return Err(ApiError::bad_request(format!(
+            "predecessor binding {predecessor} does not exist for instance {instance_id}"
+        )));
+    };
+    if old.status != Status::Ready {
+        return Err(ApiError::bad_request(format!(
+            "predecessor binding {predecessor} is not bound: its bind {}",
+            if old.op.in_progress() {
+                "is in progress"
+            } else {
+                "failed"
+            }
+        )));
+    }
+    if old.op.in_progress() && old.op.kind == OpKind::Unbind {
+        return Err(ApiError::bad_request(format!(
+            "predecessor binding {predecessor} is being unbound"
+        )));
+    }
+    if let Some(expires_at) = old.outputs.expires_at
+        && expires_at <= brokkr_engine::now_ms()
+    {
+        return Err(ApiError::bad_request(format!(
+            "predecessor binding {predecessor} expired at {}",
+            osb_timestamp(expires_at)
+        )));
+    }
+    Ok(req.parameters.clone().or(old.attrs.parameters))
 }
 
 /// How a bind creates its binding, of `instance`.
@@ -324,4 +414,16 @@ async fn last_operation(
     poll_response(r, query.get("operation"), None, None, || {
         format!("binding {binding_id} does not exist")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::osb_timestamp;
+
+    #[test]
+    fn timestamps_take_the_form_osb_gives_binding_metadata() {
+        assert_eq!(osb_timestamp(1_577_836_799_000), "2019-12-31T23:59:59.0Z");
+        assert_eq!(osb_timestamp(1_577_836_799_999), "2019-12-31T23:59:59.9Z");
+        assert_eq!(osb_timestamp(951_782_400_050), "2000-02-29T00:00:00.0Z");
+    }
 }

@@ -2,8 +2,8 @@
 //! PostgreSQL, MariaDB/MySQL and Redis servers of this machine (scripts/test starts them and sets
 //! BROKKR_TEST_{POSTGRES,MYSQL,REDIS}_URL): provision, bind, use the credentials with a real
 //! client, isolation between bindings and instances, names and records that tell a bound user
-//! no ids, instances made with the names and records of earlier releases, unbind, deprovision,
-//! and a server that is down.
+//! no ids, instances made with the names and records of earlier releases, binding rotation,
+//! unbind, deprovision, and a server that is down.
 
 #[macro_use]
 mod harness;
@@ -105,6 +105,30 @@ impl TestBroker {
             .put(
                 &format!("{path}?accepts_incomplete=true"),
                 json!({"organization_guid": "org", "space_guid": "space", "service_id": service, "plan_id": plan, "parameters": params}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+        let done = self.wait_done(&format!("{path}/last_operation")).await;
+        assert_eq!(done.body["state"], "succeeded", "{:?}", done.body);
+        let fetched = self.get(&path).await;
+        assert_eq!(fetched.status, StatusCode::OK);
+        fetched.body["credentials"].clone()
+    }
+
+    /// Binds `b` as the successor of `predecessor` (no parameters: it takes the predecessor's)
+    /// and returns the credentials.
+    async fn rotate_ok(
+        &self,
+        (service, plan): (&str, &str),
+        id: &str,
+        b: &str,
+        predecessor: &str,
+    ) -> Value {
+        let path = format!("/v2/service_instances/{id}/service_bindings/{b}");
+        let r = self
+            .put(
+                &format!("{path}?accepts_incomplete=true"),
+                json!({"service_id": service, "plan_id": plan, "predecessor_binding_id": predecessor}),
             )
             .await;
         assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
@@ -890,4 +914,152 @@ async fn instances_named_and_recorded_before_opaque_names_keep_working() {
         };
         assert!(gone, "{server}: the instance's data is gone");
     }
+}
+
+/// What a rotation test does on one server: make data with a writer's credentials, and see
+/// whether credentials log in (and read it) and whether they may write.
+trait Server {
+    async fn setup(&self, writer: &Value);
+    async fn logs_in(&self, credentials: &Value) -> bool;
+    async fn writes(&self, credentials: &Value) -> bool;
+}
+
+struct Postgres;
+struct Mysql;
+struct Redis;
+
+const ROTATED_TABLE: &str = "CREATE TABLE rotated (n int); INSERT INTO rotated VALUES (1)";
+
+impl Server for Postgres {
+    async fn setup(&self, writer: &Value) {
+        let mut c = PgConnection::connect(s(writer, "uri")).await.unwrap();
+        sqlx::raw_sql(ROTATED_TABLE).execute(&mut c).await.unwrap();
+    }
+    async fn logs_in(&self, credentials: &Value) -> bool {
+        match PgConnection::connect(s(credentials, "uri")).await {
+            Ok(mut c) => sqlx::query("SELECT n FROM rotated")
+                .execute(&mut c)
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    }
+    async fn writes(&self, credentials: &Value) -> bool {
+        let mut c = PgConnection::connect(s(credentials, "uri")).await.unwrap();
+        let insert = sqlx::query("INSERT INTO rotated VALUES (2)");
+        insert.execute(&mut c).await.is_ok()
+    }
+}
+
+impl Server for Mysql {
+    async fn setup(&self, writer: &Value) {
+        let mut c = MySqlConnection::connect(s(writer, "uri")).await.unwrap();
+        sqlx::raw_sql(ROTATED_TABLE).execute(&mut c).await.unwrap();
+    }
+    async fn logs_in(&self, credentials: &Value) -> bool {
+        match MySqlConnection::connect(s(credentials, "uri")).await {
+            Ok(mut c) => sqlx::query("SELECT n FROM rotated")
+                .execute(&mut c)
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    }
+    async fn writes(&self, credentials: &Value) -> bool {
+        let mut c = MySqlConnection::connect(s(credentials, "uri"))
+            .await
+            .unwrap();
+        let insert = sqlx::query("INSERT INTO rotated VALUES (2)");
+        insert.execute(&mut c).await.is_ok()
+    }
+}
+
+fn rotated_key(credentials: &Value) -> String {
+    format!("{}rotated", s(credentials, "key-prefix"))
+}
+
+impl Server for Redis {
+    async fn setup(&self, writer: &Value) {
+        use redis::AsyncCommands;
+        let mut c = redis_login(writer).await.unwrap();
+        c.set::<_, _, ()>(rotated_key(writer), "1").await.unwrap();
+    }
+    async fn logs_in(&self, credentials: &Value) -> bool {
+        use redis::AsyncCommands;
+        match redis_login(credentials).await {
+            Ok(mut c) => c
+                .get::<_, Option<String>>(rotated_key(credentials))
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    }
+    async fn writes(&self, credentials: &Value) -> bool {
+        use redis::AsyncCommands;
+        let mut c = redis_login(credentials).await.unwrap();
+        c.set::<_, _, ()>(rotated_key(credentials), "2")
+            .await
+            .is_ok()
+    }
+}
+
+/// Rotates a read-only binding of a fresh instance of `plan` on `server`: the successor has a
+/// new user and password and the same grants; both log in until the predecessor is unbound,
+/// then only the successor.
+async fn rotation_on(plan: (&str, &str), server: impl Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(&dir, |y| y).await;
+    let id = unique("rot");
+    broker.provision_ok(plan, &id, json!({})).await;
+    let writer = broker.bind_ok(plan, &id, "writer", json!({})).await;
+    server.setup(&writer).await;
+    let old = broker
+        .bind_ok(plan, &id, "old", json!({"access": "read-only"}))
+        .await;
+    assert!(server.logs_in(&old).await, "the predecessor logs in");
+    assert!(!server.writes(&old).await, "the predecessor is read-only");
+
+    let new = broker.rotate_ok(plan, &id, "new", "old").await;
+    assert_ne!(new["username"], old["username"], "a new user");
+    assert_ne!(new["password"], old["password"], "a new password");
+    let fetched = broker
+        .get(&format!("/v2/service_instances/{id}/service_bindings/new"))
+        .await;
+    assert_eq!(
+        fetched.body["parameters"],
+        json!({"access": "read-only"}),
+        "the successor has the predecessor's parameters"
+    );
+    assert!(server.logs_in(&new).await, "the successor logs in at once");
+    assert!(server.logs_in(&old).await, "the predecessor still logs in");
+    assert!(
+        !server.writes(&new).await,
+        "the successor has the predecessor's grants: read-only"
+    );
+
+    broker.unbind_ok(plan, &id, "old").await;
+    assert!(
+        !server.logs_in(&old).await,
+        "the unbound predecessor is refused"
+    );
+    assert!(server.logs_in(&new).await, "the successor still logs in");
+
+    broker.unbind_ok(plan, &id, "new").await;
+    broker.unbind_ok(plan, &id, "writer").await;
+    broker.deprovision_ok(plan, &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgresql_bindings_rotate() {
+    rotation_on(PG, Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_bindings_rotate() {
+    rotation_on(MYSQL, Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_bindings_rotate() {
+    rotation_on(REDIS, Redis).await;
 }

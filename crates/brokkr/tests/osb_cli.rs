@@ -277,6 +277,107 @@ fn shows_the_dashboard_url_a_step_learnt_from_the_director() {
 }
 
 #[test]
+fn rotates_a_binding_and_shows_its_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    // The async plan's credentials live 30 days; the sync plan's bindings do not rotate.
+    let yaml = QUICKSTART
+        .replace("delay: 2s", "delay: 300ms")
+        .replacen(
+            "rotation: {}",
+            "rotation: {lifetime: 30d, renew_before: 7d}",
+            1,
+        )
+        .replacen("rotation: {}", "", 1);
+    let server = brokkr_with(dir.path(), &yaml);
+    let url = server.url.as_str();
+    for (id, plan) in [("rot", "async"), ("fixed", "sync")] {
+        let provisioned = osb_json(
+            url,
+            &[
+                "provision",
+                id,
+                "--service",
+                "user-provided",
+                "--plan",
+                plan,
+                "--params",
+                PARAMS,
+                "--wait",
+            ],
+        );
+        assert_eq!(provisioned["state"], "succeeded", "{provisioned}");
+    }
+    let first = osb_json(url, &["bind", "rot", "first", "--wait"]);
+    assert_eq!(
+        first["binding"]["credentials"]["password"], "pw-1",
+        "{first}"
+    );
+    let expires_at = first["binding"]["metadata"]["expires_at"].as_str().unwrap();
+    let table = osb(url, &["binding", "rot", "first"]);
+    let shown = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        shown.contains("EXPIRES AT")
+            && shown.contains("RENEW BEFORE")
+            && shown.contains(expires_at),
+        "{shown}"
+    );
+
+    // The successor carries new credentials; both bindings exist until the first is unbound.
+    let new_password = r#"{"credentials":{"password":"pw-2"}}"#;
+    let second = osb_json(
+        url,
+        &[
+            "bind",
+            "rot",
+            "second",
+            "--predecessor",
+            "first",
+            "--params",
+            new_password,
+            "--wait",
+        ],
+    );
+    assert_eq!(second["state"], "succeeded", "{second}");
+    assert_eq!(
+        second["binding"]["credentials"]["password"], "pw-2",
+        "{second}"
+    );
+    assert!(
+        second["binding"]["metadata"]["renew_before"].is_string(),
+        "{second}"
+    );
+    let fetched = osb_json(url, &["binding", "rot", "first"]);
+    assert_eq!(fetched["credentials"]["password"], "pw-1");
+
+    let fails = |args: &[&str], expected: &str| {
+        let out = osb(url, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected {expected:?} in\n{stderr}"
+        );
+    };
+    fails(
+        &["bind", "rot", "third", "--predecessor", "nope"],
+        "predecessor binding nope does not exist for instance rot",
+    );
+    osb_json(url, &["bind", "fixed", "only"]);
+    fails(
+        &["bind", "fixed", "next", "--predecessor", "only"],
+        "plan \"sync\" of service \"user-provided\" does not declare binding_rotatable",
+    );
+    fails(
+        &["bind", "rot", "first", "--predecessor", "first"],
+        "cannot be its own predecessor",
+    );
+    let table = osb(url, &["binding", "fixed", "only"]);
+    let shown = String::from_utf8_lossy(&table.stdout);
+    let row = shown.lines().nth(1).unwrap_or_default();
+    assert!(row.contains(" - "), "no expiry shows as -: {shown}");
+}
+
+#[test]
 fn failures_exit_non_zero_with_clear_messages() {
     let dir = tempfile::tempdir().unwrap();
     let server = brokkr(dir.path());

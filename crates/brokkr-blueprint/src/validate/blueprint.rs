@@ -1,11 +1,11 @@
 //! Checks of a blueprint against its plan: the registry definitions in order, the registry keys
-//! every template, condition and credentials entry reads, an instance's dashboard URL, and the
-//! `binding` section a bindable plan needs.
+//! every template, condition and credentials entry reads, an instance's dashboard URL, the
+//! `binding` section a bindable plan needs, and its rotation.
 
 use serde_json::Value;
 
 use crate::check;
-use crate::config::{Blueprint, INSTANCE_STEP_DEFAULTS, Phase, RegistryEntry, Step};
+use crate::config::{Blueprint, INSTANCE_STEP_DEFAULTS, Phase, RegistryEntry, Rotation, Step};
 use crate::evaluate::{SCOPE, check_dashboard_url};
 use crate::template::Renderer;
 
@@ -109,8 +109,37 @@ impl Validator {
                 for (suffix, message) in check::credentials_literals(&binding.credentials) {
                     self.error_at(file, &field, &format!("{field}{suffix}"), message);
                 }
+                if let Some(rotation) = &binding.rotation {
+                    self.check_rotation(file, &format!("{at}.binding.rotation"), rotation);
+                }
             }
             (None, false) => {}
+        }
+    }
+
+    /// Checks a binding's `rotation` (written at `at`): a `renew_before` needs a `lifetime`
+    /// longer than it, and a lifetime is not zero.
+    fn check_rotation(&mut self, file: &str, at: &str, rotation: &Rotation) {
+        match (rotation.lifetime, rotation.renew_before) {
+            (Some(lifetime), _) if lifetime.is_zero() => self.error(
+                file,
+                format!("{at}.lifetime"),
+                "must be longer than zero",
+            ),
+            (None, Some(_)) => self.error(
+                file,
+                format!("{at}.renew_before"),
+                "needs `lifetime`: it is how long before the credentials expire a platform renews them",
+            ),
+            (Some(lifetime), Some(renew)) if renew >= lifetime => self.error(
+                file,
+                format!("{at}.renew_before"),
+                format!(
+                    "must be shorter than `lifetime` ({})",
+                    humantime::format_duration(lifetime)
+                ),
+            ),
+            _ => {}
         }
     }
 

@@ -234,6 +234,8 @@ impl Validator {
         };
         let mut plans = HashMap::new();
         let mut seen = HashSet::new();
+        // Plans whose blueprint has a `rotation`: served with `binding_rotatable: true`.
+        let mut rotatable = HashSet::new();
         for (file, i, mut blueprint) in blueprints {
             let field = format!("blueprints[{i}]");
             let found = services.iter().find_map(|(_, _, s)| {
@@ -276,7 +278,26 @@ impl Validator {
                 &renderer,
                 &names,
             );
-            let entry = plan_entry(service, plan, blueprint);
+            let mut plan = plan.clone();
+            let rotates = blueprint
+                .binding
+                .as_ref()
+                .is_some_and(|b| b.rotation.is_some());
+            if rotates {
+                if plan.binding_rotatable == Some(false) {
+                    self.error(
+                        &file,
+                        format!("{field}.binding.rotation"),
+                        format!(
+                            "plan {:?} says `binding_rotatable: false` in the catalog; remove one of the two",
+                            plan.name
+                        ),
+                    );
+                }
+                plan.binding_rotatable = Some(true);
+                rotatable.insert(plan.id.clone());
+            }
+            let entry = plan_entry(service, &plan, blueprint);
             plans.insert((service.id.clone(), plan.id.clone()), Arc::new(entry));
         }
         for (file, i, service) in &services {
@@ -296,9 +317,13 @@ impl Validator {
         if !self.errors.is_empty() {
             return Err(ConfigErrors(self.errors));
         }
-        let catalog = Catalog {
-            services: services.into_iter().map(|(_, _, s)| s).collect(),
-        };
+        let mut services: Vec<Service> = services.into_iter().map(|(_, _, s)| s).collect();
+        for plan in services.iter_mut().flat_map(|s| s.plans.iter_mut()) {
+            if rotatable.contains(&plan.id) {
+                plan.binding_rotatable = Some(true);
+            }
+        }
+        let catalog = Catalog { services };
         let catalog_json = serde_json::to_vec(&catalog)
             .expect("a catalog always serializes")
             .into();
@@ -371,6 +396,52 @@ mod tests {
                 "{expected}\n{errs:#?}"
             );
         }
+    }
+
+    #[test]
+    fn a_rotation_makes_the_plan_rotatable_and_its_durations_are_checked() {
+        let catalog = "catalog:\n  services:\n  - {name: s, id: s1, description: d, bindable: true,\n     plans: [{name: p, id: p1, description: d}, {name: q, id: q1, description: d, binding_rotatable: false}]}\n";
+        let yaml = format!(
+            "{catalog}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}, rotation: {{lifetime: 30d, renew_before: 7d}}}}}}\n- {{service: s, plan: q, binding: {{credentials: {{type: x}}}}}}\n"
+        );
+        let config = load_str("fine.yaml", &yaml).unwrap();
+        let plans = &config.catalog.services[0].plans;
+        assert_eq!(
+            plans[0].binding_rotatable,
+            Some(true),
+            "served as rotatable"
+        );
+        assert_eq!(plans[1].binding_rotatable, Some(false), "served as written");
+        let catalog_json: serde_json::Value =
+            serde_json::from_slice(&config.catalog_json()).unwrap();
+        assert_eq!(
+            catalog_json["services"][0]["plans"][0]["binding_rotatable"],
+            true
+        );
+        let entry = config.plan("s1", "p1").unwrap();
+        assert_eq!(entry.plan.binding_rotatable, Some(true));
+
+        let errs = errors(&format!(
+            "{catalog}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}, rotation: {{renew_before: 1h}}}}}}\n- {{service: s, plan: q, binding: {{credentials: {{type: x}}, rotation: {{lifetime: 1h, renew_before: 2h}}}}}}\n"
+        ));
+        for expected in [
+            "blueprints[0].binding.rotation.renew_before: needs `lifetime`",
+            "blueprints[1].binding.rotation.renew_before: must be shorter than `lifetime` (1h)",
+            "blueprints[1].binding.rotation: plan \"q\" says `binding_rotatable: false` in the catalog",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(expected)),
+                "{expected}\n{errs:#?}"
+            );
+        }
+        let errs = errors(&format!(
+            "{catalog}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}, rotation: {{lifetme: 1h}}}}}}\n- {{service: s, plan: q, binding: {{credentials: {{type: x}}}}}}\n"
+        ));
+        assert!(
+            errs.iter().any(|e| e
+                .contains("rotation.lifetme: unknown field `lifetme`; did you mean `lifetime`?")),
+            "{errs:#?}"
+        );
     }
 
     #[test]

@@ -1,13 +1,17 @@
-//! Bindings: every status row of bind, fetch and unbind, and registry values feeding a
-//! binding's credentials.
+//! Bindings: every status row of bind, fetch and unbind, registry values feeding a binding's
+//! credentials, and rotation (predecessor bindings, `expires_at` and `renew_before`).
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::support::instance;
 
-store_tests!(binding_rules, registry_values_feed_credentials);
+store_tests!(
+    binding_rules,
+    registry_values_feed_credentials,
+    rotation_rules
+);
 
 const REGISTRY_CONFIG: &str = r#"
 catalog:
@@ -116,8 +120,8 @@ async fn binding_rules(backend: Backend) {
             "invalid parameters",
         ),
         (
-            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "predecessor_binding_id": "b-1"}),
-            "cannot be rotated",
+            json!({"organization_guid": "org", "space_guid": "space", "service_id": SERVICE, "plan_id": ASYNC_PLAN, "predecessor_binding_id": "nope"}),
+            "predecessor binding nope does not exist",
         ),
     ] {
         let r = b
@@ -259,5 +263,226 @@ async fn registry_values_feed_credentials(backend: Backend) {
     assert!(
         !raw.contains(c["password"].as_str().unwrap()),
         "generated secrets are sealed"
+    );
+}
+
+const ROTATION_CONFIG: &str = r#"
+catalog:
+  services:
+  - name: db
+    id: svc-db
+    description: A user per binding
+    bindable: true
+    bindings_retrievable: true
+    plans:
+    - {name: rotating, id: plan-rot, description: d}
+    - {name: brief, id: plan-brief, description: d}
+    - {name: fixed, id: plan-fixed, description: d}
+blueprints:
+- service: db
+  plan: rotating
+  binding: &binding
+    rotation: {lifetime: 30d, renew_before: 7d}
+    registry:
+    - {name: user, value: "u-{{ binding_id }}"}
+    - {name: password, value: "{{ password(16) }}", secret: true}
+    credentials:
+      type: postgresql
+      host: db.example.com
+      username: "{{ registry('user') }}"
+      password: "{{ registry('password') }}"
+      access: "{{ param('/access', 'read-write') }}"
+- service: db
+  plan: brief
+  binding:
+    rotation: {lifetime: 1s}
+    credentials: {type: postgresql, username: "u-{{ binding_id }}"}
+- service: db
+  plan: fixed
+  binding:
+    credentials: {type: postgresql, username: "u-{{ binding_id }}"}
+"#;
+
+/// `text` as milliseconds since the epoch, if it has the form OSB gives binding metadata.
+fn osb_time(text: &Value) -> i64 {
+    let text = text.as_str().expect("a timestamp string");
+    let at = |i: usize| text.as_bytes()[i];
+    assert!(
+        text.len() == 22 && at(4) == b'-' && at(10) == b'T' && at(19) == b'.' && at(21) == b'Z',
+        "yyyy-mm-ddThh:mm:ss.sZ: {text}"
+    );
+    let n = |r: std::ops::Range<usize>| text[r].parse::<i64>().unwrap();
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    // Days since the epoch of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    ((days * 24 + n(11..13)) * 60 + n(14..16)) * 60_000 + n(17..19) * 1000 + n(20..21) * 100
+}
+
+fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(now.unwrap().as_millis()).unwrap()
+}
+
+async fn rotation_rules(backend: Backend) {
+    const DAY: i64 = 86_400_000;
+    let b = start_with(backend, ROTATION_CONFIG).await;
+    let catalog = b.get("/v2/catalog").await;
+    let plans = &catalog.body["services"][0]["plans"];
+    assert_eq!(
+        plans[0]["binding_rotatable"], true,
+        "a plan with a rotation"
+    );
+    assert_eq!(plans[1]["binding_rotatable"], true);
+    assert!(plans[2].get("binding_rotatable").is_none(), "{plans}");
+
+    let body = |plan: &str, extra: Value| {
+        let mut body = json!({"organization_guid": "org", "space_guid": "space", "service_id": "svc-db", "plan_id": plan});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for (id, plan) in [
+        ("i-1", "plan-rot"),
+        ("i-2", "plan-rot"),
+        ("i-3", "plan-brief"),
+        ("i-4", "plan-fixed"),
+    ] {
+        let r = b.put(&instance(id), body(plan, json!({}))).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    }
+    let bind = |i: &str, id: &str| format!("{}/service_bindings/{id}", instance(i));
+
+    let before = now_ms();
+    let first = b
+        .put(
+            &bind("i-1", "b-1"),
+            body("plan-rot", json!({"parameters": {"access": "read-only"}})),
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    let expires_at = osb_time(&first.body["metadata"]["expires_at"]);
+    let renew_before = osb_time(&first.body["metadata"]["renew_before"]);
+    assert!(
+        (before - 1000..=now_ms()).contains(&(expires_at - 30 * DAY)),
+        "expires 30 days after the bind: {:?}",
+        first.body["metadata"]
+    );
+    assert_eq!(expires_at - renew_before, 7 * DAY, "renew 7 days before");
+    let fetched = b.get(&bind("i-1", "b-1")).await;
+    assert_eq!(
+        fetched.body["metadata"], first.body["metadata"],
+        "fetch answers the same"
+    );
+
+    // The successor: new credentials, the predecessor's parameters, its own expiry.
+    let rotate = body("plan-rot", json!({"predecessor_binding_id": "b-1"}));
+    let second = b.put(&bind("i-1", "b-2"), rotate.clone()).await;
+    assert_eq!(second.status, StatusCode::CREATED, "{:?}", second.body);
+    let (old, new) = (&first.body["credentials"], &second.body["credentials"]);
+    assert_eq!(new["username"], "u-b-2");
+    assert_ne!(new["password"], old["password"]);
+    assert_eq!(new["access"], "read-only", "the predecessor's parameters");
+    assert!(osb_time(&second.body["metadata"]["expires_at"]) >= expires_at);
+    assert_eq!(
+        b.get(&bind("i-1", "b-2")).await.body["parameters"],
+        json!({"access": "read-only"})
+    );
+    assert_eq!(
+        b.get(&bind("i-1", "b-1")).await.status,
+        StatusCode::OK,
+        "the predecessor lives on until it is unbound"
+    );
+    // Parameters sent with the rotation replace the predecessor's.
+    let own = body(
+        "plan-rot",
+        json!({"predecessor_binding_id": "b-1", "parameters": {"access": "read-write"}}),
+    );
+    let third = b.put(&bind("i-1", "b-3"), own).await;
+    assert_eq!(third.body["credentials"]["access"], "read-write");
+
+    // A bad predecessor is refused with 400, and nothing is created.
+    b.put(&bind("i-2", "other"), body("plan-rot", json!({})))
+        .await;
+    let brief = b
+        .put(&bind("i-3", "brief"), body("plan-brief", json!({})))
+        .await;
+    assert!(
+        brief.body["metadata"].get("renew_before").is_none(),
+        "{:?}",
+        brief.body
+    );
+    b.put(&bind("i-4", "fixed"), body("plan-fixed", json!({})))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for (i, plan, predecessor, message) in [
+        (
+            "i-1",
+            "plan-rot",
+            "missing",
+            "predecessor binding missing does not exist for instance i-1",
+        ),
+        (
+            "i-1",
+            "plan-rot",
+            "other",
+            "predecessor binding other does not exist for instance i-1",
+        ),
+        (
+            "i-1",
+            "plan-rot",
+            "new",
+            "binding new cannot be its own predecessor",
+        ),
+        (
+            "i-3",
+            "plan-brief",
+            "brief",
+            "predecessor binding brief expired at ",
+        ),
+        (
+            "i-4",
+            "plan-fixed",
+            "fixed",
+            "bindings of plan \"fixed\" cannot be rotated",
+        ),
+    ] {
+        let r = b
+            .put(
+                &bind(i, "new"),
+                body(plan, json!({"predecessor_binding_id": predecessor})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+        assert!(r.description().contains(message), "{message}: {:?}", r.body);
+        assert_eq!(
+            b.get(&format!("{}/last_operation", bind(i, "new")))
+                .await
+                .status,
+            StatusCode::NOT_FOUND,
+            "nothing was created"
+        );
+    }
+
+    // Once the predecessor is unbound, a repeated rotation is still answered from the successor.
+    let q = "service_id=svc-db&plan_id=plan-rot";
+    assert_eq!(
+        b.delete(&format!("{}?{q}", bind("i-1", "b-1")))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let repeat = b.put(&bind("i-1", "b-2"), rotate.clone()).await;
+    assert_eq!(repeat.status, StatusCode::OK, "{:?}", repeat.body);
+    assert_eq!(repeat.body["credentials"], second.body["credentials"]);
+    let late = b.put(&bind("i-1", "b-4"), rotate).await;
+    assert_eq!(
+        late.status,
+        StatusCode::BAD_REQUEST,
+        "an unbound predecessor"
     );
 }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use brokkr_blueprint::config::{duration, opt_duration};
+use brokkr_blueprint::config::{Rotation, duration, opt_duration};
 use brokkr_blueprint::{PlanEntry, Step};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,11 +28,14 @@ pub struct OpPlan {
     /// For provisions and updates: the instance's `dashboard_url` expression.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dashboard_url: Option<String>,
+    /// For binds of a plan whose credentials expire: their lifetime and when to renew them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry: Option<Rotation>,
 }
 
 impl OpPlan {
     /// The plan of a new operation of `kind` on a resource of plan `entry`: the steps its
-    /// blueprint gives `kind`, in order, for a bind the credentials template, and for a
+    /// blueprint gives `kind`, in order, for a bind the credentials template and their expiry, and for a
     /// provision or update the instance's dashboard URL expression. A plan no
     /// longer configured (`entry` is `None`) gives no steps.
     pub fn configured(entry: Option<&PlanEntry>, kind: OpKind) -> Result<Self, PlanError> {
@@ -53,12 +56,14 @@ impl OpPlan {
     /// The plan of a new operation of `kind` on a resource of plan `entry` that runs `steps`
     /// (none, or those a teardown left behind) instead of the configured ones.
     pub fn with_steps(entry: Option<&PlanEntry>, kind: OpKind, steps: Vec<OpStep>) -> Self {
-        let credentials = match kind {
-            OpKind::Bind => entry
-                .and_then(|e| e.blueprint.binding.as_ref())
-                .map(|b| b.credentials.clone()),
+        let binding = match kind {
+            OpKind::Bind => entry.and_then(|e| e.blueprint.binding.as_ref()),
             OpKind::Provision | OpKind::Update | OpKind::Deprovision | OpKind::Unbind => None,
         };
+        let credentials = binding.map(|b| b.credentials.clone());
+        let expiry = binding
+            .and_then(|b| b.rotation.clone())
+            .filter(|r| r.lifetime.is_some());
         let dashboard_url = match kind {
             OpKind::Provision | OpKind::Update => {
                 entry.and_then(|e| e.blueprint.instance.dashboard_url.clone())
@@ -69,6 +74,7 @@ impl OpPlan {
             steps,
             credentials,
             dashboard_url,
+            expiry,
         }
     }
 }

@@ -62,6 +62,13 @@ pub struct Outputs {
     /// For a binding: where its bind published the credentials (as each target reports it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<Value>,
+    /// For a binding whose plan gives credentials a lifetime: when they expire (OSB
+    /// `expires_at`), in milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// For such a binding: when a platform should rotate it (OSB `renew_before`), likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<i64>,
     /// The steps the last deprovision or unbind left behind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<Skipped>,
@@ -126,6 +133,8 @@ mod tests {
             "registry": {"password": "pw"},
             "credentials": {"type": "postgresql"},
             "secrets": [{"namespace": "ns", "name": "s"}],
+            "expires_at": 1_767_225_599_000_i64,
+            "renew_before": 1_766_620_799_000_i64,
             "skipped": {"op": "op-1", "steps": [{"name": "db", "target": "pg"}]},
         });
         let outputs: Outputs = serde_json::from_value(stored.clone()).unwrap();

@@ -3,8 +3,8 @@
 
 use tracing::{info, warn};
 
-use super::Engine;
 use super::failure::{Failure, RunError};
+use super::{Engine, ms};
 use crate::metrics::OperationLabels;
 use crate::model::{Event, Key, OpKind, Resource, Status};
 use crate::now_ms;
@@ -50,6 +50,16 @@ impl Engine {
                 let mut outputs = r.outputs.clone();
                 self.publish(r, &credentials, &mut outputs).await?;
                 outputs.credentials = Some(credentials);
+                // A lifetime counts from when the credentials are handed out.
+                if let Some(expiry) = &r.op.plan.expiry
+                    && let Some(lifetime) = expiry.lifetime
+                {
+                    let expires_at = now_ms().saturating_add(ms(lifetime));
+                    outputs.expires_at = Some(expires_at);
+                    outputs.renew_before = expiry
+                        .renew_before
+                        .map(|before| expires_at.saturating_sub(ms(before)));
+                }
                 Finish {
                     outputs: Some(outputs),
                     ..ok("bound", Status::Ready)

@@ -267,20 +267,40 @@ pub(super) async fn deprovision(
     finish(broker, outcome, plan, ids, args, out).await
 }
 
+/// Binds `target`; with a `predecessor`, as its successor (binding rotation), which the plan
+/// must declare `binding_rotatable` (OSB forbids platforms to try otherwise).
 pub(super) async fn bind(
     broker: &Broker,
-    instance_id: &str,
-    binding_id: &str,
+    target: Target<'_>,
+    predecessor: Option<&str>,
     plan_args: &PlanArgs,
     args: &RequestArgs,
     out: Format,
 ) -> Result<()> {
+    let instance_id = target.instance_id;
+    let binding_id = target.binding_id.unwrap_or_default();
     let (service, plan) = broker.plan_of(instance_id, plan_args).await?;
+    if let Some(predecessor) = predecessor {
+        if plan.binding_rotatable != Some(true) {
+            bail!(
+                "cannot rotate binding {predecessor:?}: plan {:?} of service {:?} does not declare \
+                 binding_rotatable in the broker's catalog",
+                plan.name,
+                service.name
+            );
+        }
+        if predecessor == binding_id {
+            bail!(
+                "binding {binding_id:?} cannot be its own predecessor: give the new binding another id"
+            );
+        }
+    }
     let request = BindRequest {
         service_id: service.id.clone(),
         plan_id: plan.id.clone(),
         context: json!({"platform": "brokkr-cli"}).as_object().cloned(),
         parameters: parameters(args)?,
+        predecessor_binding_id: predecessor.map(str::to_owned),
         ..BindRequest::default()
     };
     let answer = broker
@@ -288,12 +308,7 @@ pub(super) async fn bind(
         .bind(instance_id, binding_id, &request, true)
         .await
         .map_err(explain)?;
-    let mut outcome = Outcome::new(
-        Target::binding(instance_id, binding_id),
-        "bind",
-        &answer,
-        answer.body.operation.clone(),
-    );
+    let mut outcome = Outcome::new(target, "bind", &answer, answer.body.operation.clone());
     let ids = PlanRef::new(&service.id, &plan.id);
     let mut binding = (!answer.is_async()).then_some(answer.body.binding);
     settle(broker, &mut outcome, plan, ids.clone(), &args.wait).await?;

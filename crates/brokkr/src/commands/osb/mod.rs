@@ -98,6 +98,11 @@ enum OsbCommand {
         instance_id: String,
         /// Binding id.
         binding_id: Option<String>,
+        /// Rotate this binding: the new one gets new credentials and, unless --params is
+        /// given, this one's parameters; both work until this one is unbound. Only for plans
+        /// the catalog declares binding_rotatable.
+        #[arg(long, value_name = "BINDING_ID")]
+        predecessor: Option<String>,
         #[command(flatten)]
         plan: PlanArgs,
         #[command(flatten)]
@@ -210,11 +215,14 @@ pub async fn run(args: OsbArgs) -> Result<()> {
         OsbCommand::Bind {
             instance_id,
             binding_id,
+            predecessor,
             plan,
             request,
         } => {
             let id = binding_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            bind(&broker, &instance_id, &id, &plan, &request, out).await
+            let binding = Target::binding(&instance_id, &id);
+            let predecessor = predecessor.as_deref();
+            bind(&broker, binding, predecessor, &plan, &request, out).await
         }
         OsbCommand::Unbind {
             instance_id,
@@ -527,16 +535,33 @@ async fn binding(broker: &Broker, instance_id: &str, binding_id: &str, out: Form
         .map_err(explain)?;
     let body = answer.body;
     print(out, &serde_json::to_value(&body)?, || {
-        let mut table = Table::new(vec!["INSTANCE", "BINDING", "CREDENTIALS"]);
+        let mut table = Table::new(vec![
+            "INSTANCE",
+            "BINDING",
+            "EXPIRES AT",
+            "RENEW BEFORE",
+            "CREDENTIALS",
+        ]);
         let keys: Vec<&str> = body
             .credentials
             .iter()
             .flat_map(|c| c.keys())
             .map(String::as_str)
             .collect();
+        // Binding metadata (OSB `expires_at`, `renew_before`): `-` when the broker gives none.
+        let metadata = |key: &str| {
+            let value = body.metadata.as_ref().and_then(|m| m.get(key));
+            match value {
+                Some(Value::String(at)) => at.clone(),
+                Some(other) => other.to_string(),
+                None => "-".to_owned(),
+            }
+        };
         table.row(vec![
             instance_id.to_owned(),
             binding_id.to_owned(),
+            metadata("expires_at"),
+            metadata("renew_before"),
             format!("{} (shown with -o json)", keys.join(", ")),
         ]);
         table
@@ -618,6 +643,7 @@ mod tests {
             &["provision", "i1", "--params", "{}", "--wait"][..],
             &["update", "i1", "--params", "{}"],
             &["bind", "i1", "b1", "--params", "{}"],
+            &["bind", "i1", "b2", "--predecessor", "b1", "--wait"],
             &["deprovision", "i1", "--wait", "--wait-timeout", "1m"],
             &["unbind", "i1", "b1", "--wait"],
         ] {
