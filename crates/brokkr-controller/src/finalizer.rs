@@ -13,26 +13,28 @@ pub fn has<K: Resource>(object: &K, finalizer: &str) -> bool {
     object.finalizers().iter().any(|f| f == finalizer)
 }
 
-/// Adds `finalizer` to `object` through `api`, if it is not there yet.
-pub async fn add<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+/// Adds `finalizer` to `object` through `api`, if it is not there yet; the object as written,
+/// if it was.
+pub async fn add<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     if has(object, finalizer) {
-        return Ok(());
+        return Ok(None);
     }
     let mut finalizers = object.finalizers().to_vec();
     finalizers.push(finalizer.to_owned());
     set(api, object, finalizers).await
 }
 
-/// Removes `finalizer` from `object` through `api`, if it is there.
-pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+/// Removes `finalizer` from `object` through `api`, if it is there; the object as written, if
+/// it was.
+pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     if !has(object, finalizer) {
-        return Ok(());
+        return Ok(None);
     }
     let finalizers = object
         .finalizers()
@@ -43,7 +45,7 @@ where
     set(api, object, finalizers).await
 }
 
-async fn set<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<(), kube::Error>
+async fn set<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -58,6 +60,6 @@ where
         &PatchParams::default(),
         &Patch::<()>::Json(patch),
     )
-    .await?;
-    Ok(())
+    .await
+    .map(Some)
 }

@@ -58,6 +58,7 @@ use broker::BrokerKind;
 use metrics::Metrics;
 use resources::{ClusterServiceBroker, ServiceBinding, ServiceBroker, ServiceInstance};
 pub use scope::Scope;
+pub use status::Written;
 
 /// What every reconcile shares.
 pub struct Context {
@@ -89,6 +90,11 @@ pub struct Context {
     pub caches: cache::Caches,
     /// The workload kinds watched for the usage and servicebinding.io controllers.
     pub workloads: workloads::Workloads,
+    /// The versions of instances and bindings this process wrote last.
+    pub written: Written,
+    /// Every ServiceBinding of the scope, as the binding controller's watch sees them (set by
+    /// [`run`]): an instance being deleted reads the bindings that still name it here.
+    pub bindings: std::sync::OnceLock<kube::runtime::reflector::Store<ServiceBinding>>,
 }
 
 impl Context {
@@ -108,6 +114,8 @@ impl Context {
             concurrency: DEFAULT_CONCURRENCY,
             caches: cache::Caches::default(),
             workloads: workloads::Workloads::default(),
+            written: Written::default(),
+            bindings: std::sync::OnceLock::new(),
         }
     }
 
@@ -246,6 +254,7 @@ async fn controllers(
         ctx.scope.watch_config(),
     );
     let known_bindings = bindings.store();
+    let _ = ctx.bindings.set(known_bindings.clone());
     let bindings_of_secrets = known_bindings.clone();
     let bindings = bindings
         // A Secret wakes the bindings that own it or read it (parametersFrom, addKeysFrom).

@@ -12,6 +12,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::Context;
+use crate::status::Freshness;
 
 /// The longest pause between polls.
 const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
@@ -65,6 +66,12 @@ pub async fn event<K>(
 ) where
     K: Resource<DynamicType = ()> + Debug,
 {
+    if let Some(ns) = object.meta().namespace.as_deref()
+        && ctx.caches.terminating(ns)
+    {
+        // Nothing new is written into a namespace being deleted (it would be refused).
+        return;
+    }
     let recorder = Recorder::new(
         ctx.client.clone(),
         Reporter {
@@ -97,11 +104,21 @@ pub const STALE_RETRY: Duration = Duration::from_secs(1);
 /// reconcile can run on a cached object from before its own last status write (another watch
 /// event woke it first); starting an operation from that view would send the broker a provision
 /// or bind it already has, which brokers that are not idempotent answer with 409 Conflict. One
-/// GET, made only before a broker call that starts an operation.
-pub async fn status_is_stale<K>(api: &kube::Api<K>, object: &K) -> Result<bool, kube::Error>
+/// GET, made only before a broker call that starts an operation, and only when `written` says
+/// this process wrote the object since the version in hand (or cannot tell).
+pub async fn status_is_stale<K>(
+    api: &kube::Api<K>,
+    object: &K,
+    written: &crate::status::Written,
+) -> Result<bool, kube::Error>
 where
     K: Resource + Clone + Debug + serde::de::DeserializeOwned + serde::Serialize,
 {
+    match written.freshness(object) {
+        Freshness::Current => return Ok(false),
+        Freshness::Stale => return Ok(true),
+        Freshness::Unknown => {}
+    }
     let name = object.meta().name.clone().unwrap_or_default();
     let Some(fresh) = api.get_opt(&name).await? else {
         return Ok(false);
@@ -180,7 +197,8 @@ mod tests {
             "spec": {"clusterServiceClassExternalName": "c", "clusterServicePlanExternalName": "p"}}));
         let api = Api::<ServiceInstance>::namespaced(fake.client(), "default");
         let cached = api.get("db").await.unwrap();
-        assert!(!status_is_stale(&api, &cached).await.unwrap());
+        let record = crate::status::Written::default();
+        assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
 
         let written = api
             .patch_status(
@@ -190,7 +208,18 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(status_is_stale(&api, &cached).await.unwrap());
-        assert!(!status_is_stale(&api, &written).await.unwrap());
+        // Written by someone else: the cached object looks current, and is read again only
+        // when this process wrote since.
+        assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
+        record.record(&written);
+        assert!(status_is_stale(&api, &cached, &record).await.unwrap());
+        assert!(!status_is_stale(&api, &written, &record).await.unwrap());
+        let requests = fake.requests().len();
+        assert!(!status_is_stale(&api, &written, &record).await.unwrap());
+        assert_eq!(
+            fake.requests().len(),
+            requests,
+            "no request for an object known current"
+        );
     }
 }

@@ -35,8 +35,8 @@ impl Reconcile<'_> {
         resolved: &Resolved,
     ) -> Result<Action, Error> {
         let secret_name = secret::name(self.binding);
-        if let Some(existing) = self.secrets.get_opt(&secret_name).await?
-            && !secret::controlled_by(&existing, self.binding)
+        if let Some(existing) = self.ctx.caches.secret(&self.namespace, &secret_name)
+            && !secret::controlled_by(existing.as_ref(), self.binding)
         {
             let message = format!(
                 "a Secret {secret_name:?} that this ServiceBinding does not own exists; it is never overwritten (delete it, or set spec.secretName)"
@@ -119,6 +119,16 @@ impl Reconcile<'_> {
                     "Binding",
                     "The binding is being created asynchronously",
                 );
+                if response.retry_after.is_none() {
+                    // Asked at once, the broker says how the bind is going (or that it is
+                    // done): one status write for both; should that fail, the start alone.
+                    let started = self.status.clone();
+                    match self.poll(instance, resolved).await {
+                        Ok(action) => return Ok(action),
+                        Err(e) => tracing::debug!(error = %e, "the first poll of a bind"),
+                    }
+                    self.status = started;
+                }
                 self.write_status().await?;
                 Ok(Action::requeue(
                     response.retry_after.unwrap_or(Duration::from_secs(1)),
@@ -205,7 +215,12 @@ impl Reconcile<'_> {
             Ok(contents) => contents,
             Err(unusable) => return self.start_orphan_mitigation(unusable.to_string()).await,
         };
-        match secret::write(&self.secrets, self.binding, contents).await? {
+        let seen = (self
+            .ctx
+            .caches
+            .secret(&self.namespace, &secret::name(self.binding)))
+        .is_some();
+        match secret::write(&self.secrets, self.binding, contents, seen).await? {
             secret::Written::Done => {}
             secret::Written::NotOwned => {
                 let message = format!(

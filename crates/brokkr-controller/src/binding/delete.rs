@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt as _};
 
 use super::{FINALIZER, RECHECK, Reconcile, binding_id, secret};
 use crate::broker::Error;
@@ -24,7 +24,8 @@ impl Reconcile<'_> {
         if !finalizer::has(self.binding, FINALIZER) {
             return Ok(Action::await_change());
         }
-        secret::delete(&self.secrets, self.binding).await?;
+        let cached = (self.ctx.caches).secret(&self.namespace, &secret::name(self.binding));
+        secret::delete(&self.secrets, self.binding, cached.as_deref()).await?;
         if self
             .binding
             .annotations()
@@ -57,9 +58,7 @@ impl Reconcile<'_> {
             return Ok(Action::await_change());
         }
         let name = identity::bound_instance_name(self.binding).to_owned();
-        let instances =
-            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
-        let Some(instance) = instances.get_opt(&name).await? else {
+        let Some(instance) = self.instance_named(&name).await? else {
             let message = format!(
                 "cannot unbind: the ServiceInstance {name:?} is gone; annotate this ServiceBinding with {ABANDON_ANNOTATION}=true to release it"
             );
@@ -86,7 +85,7 @@ impl Reconcile<'_> {
         if self.status.async_op_in_progress {
             return self.poll(&instance, &resolved).await;
         }
-        if platform::status_is_stale(&self.bindings, self.binding).await? {
+        if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
             return Ok(Action::requeue(platform::STALE_RETRY));
         }
         self.unbind(&instance, &resolved).await

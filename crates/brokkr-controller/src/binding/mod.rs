@@ -64,6 +64,12 @@ const CLEARED_FIELDS: &[&str] = &[
     "binding",
 ];
 
+/// How long a new binding waits for its instance before its status says so.
+const QUIET_WAIT: Duration = Duration::from_secs(30);
+/// How long after a binding became Ready its Secret may be missing from the cache without
+/// being read from the API server.
+const JUST_WRITTEN: Duration = Duration::from_secs(10);
+
 /// Reconciles one ServiceBinding.
 pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
     let result = Reconcile::new(&binding, &ctx).run().await;
@@ -124,14 +130,39 @@ struct Reconcile<'a> {
 }
 
 impl<'a> Reconcile<'a> {
+    /// The ServiceInstance `name` of the binding's namespace: from the instance controller's
+    /// cache, else (not seen there yet) from the API server.
+    async fn instance_named(&self, name: &str) -> Result<Option<ServiceInstance>, kube::Error> {
+        let cached = self.ctx.instances.get().and_then(|store| {
+            store.get(&kube::runtime::reflector::ObjectRef::new(name).within(&self.namespace))
+        });
+        if let Some(instance) = cached {
+            return Ok(Some(instance.as_ref().clone()));
+        }
+        Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace)
+            .get_opt(name)
+            .await
+    }
+
     /// Whether the binding's Secret exists: as the Secrets' cache says, or, when the cache
-    /// has not seen it (yet), as the API server says.
-    async fn secret_exists(&self) -> Result<bool, kube::Error> {
+    /// has not seen it, as the API server says; `None` when this controller wrote it seconds
+    /// ago (the binding became Ready since) and the cache is only behind.
+    async fn secret_exists(&self) -> Result<Option<bool>, kube::Error> {
         let name = secret::name(self.binding);
         if self.ctx.caches.secret(&self.namespace, &name).is_some() {
-            return Ok(true);
+            return Ok(Some(true));
         }
-        Ok(self.secrets.get_metadata_opt(&name).await?.is_some())
+        let ready_since = self
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| platform::elapsed_since(Some(t)));
+        if ready_since.is_some_and(|d| d < JUST_WRITTEN) {
+            return Ok(None);
+        }
+        Ok(Some(self.secrets.get_metadata_opt(&name).await?.is_some()))
     }
 
     fn new(binding: &'a ServiceBinding, ctx: &'a Context) -> Self {
@@ -147,6 +178,10 @@ impl<'a> Reconcile<'a> {
     }
 
     async fn run(mut self) -> Result<Action, Error> {
+        if self.ctx.written.freshness(self.binding) == crate::status::Freshness::Stale {
+            // The cache is behind this controller's own last write: its watch event comes soon.
+            return Ok(Action::requeue(platform::STALE_RETRY));
+        }
         if self.binding.metadata.deletion_timestamp.is_some() {
             return self.delete().await;
         }
@@ -158,8 +193,11 @@ impl<'a> Reconcile<'a> {
         let bound = self.status.unbind_status == Some(UnbindStatus::Required)
             && self.status.binding.is_some();
         if bound && !self.status.async_op_in_progress {
-            if !self.secret_exists().await? {
-                return self.restore_secret().await;
+            match self.secret_exists().await? {
+                Some(true) => {}
+                Some(false) => return self.restore_secret().await,
+                // Written an instant ago: the cache has it soon.
+                None => return Ok(Action::requeue(platform::STALE_RETRY)),
             }
             if self.status.observed_generation != generation {
                 self.status.observed_generation = generation;
@@ -216,7 +254,7 @@ impl<'a> Reconcile<'a> {
             return self.poll(&instance, &resolved).await;
         }
         // A bind starts an operation at the broker: only from the object as it is now.
-        if platform::status_is_stale(&self.bindings, self.binding).await? {
+        if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
             return Ok(Action::requeue(platform::STALE_RETRY));
         }
         if !resolved.plan.bindable.unwrap_or(resolved.class.bindable) {
@@ -226,16 +264,16 @@ impl<'a> Reconcile<'a> {
             );
             return self.fail("ErrorNonbindableServiceClass", message).await;
         }
-        finalizer::add(&self.bindings, self.binding, FINALIZER).await?;
+        if let Some(written) = finalizer::add(&self.bindings, self.binding, FINALIZER).await? {
+            self.ctx.written.record(&written);
+        }
         self.bind(&instance, &resolved).await
     }
 
     /// The instance, once it exists and is Ready; else the binding waits (and `None`).
     async fn ready_instance(&mut self) -> Result<Option<ServiceInstance>, Error> {
         let name = &self.binding.spec.instance_ref.name;
-        let instances =
-            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
-        let (reason, message) = match instances.get_opt(name).await? {
+        let (reason, message) = match self.instance_named(name).await? {
             None => (
                 "ReferencesNonexistentInstance",
                 format!("the ServiceInstance {name:?} does not exist; waiting for it"),
@@ -253,6 +291,9 @@ impl<'a> Reconcile<'a> {
                 if ready {
                     return Ok(Some(i));
                 }
+                if self.quietly_waits_for(&i) {
+                    return Ok(None);
+                }
                 (
                     "ErrorInstanceNotReady",
                     format!("the ServiceInstance {name:?} is not Ready yet; waiting for it"),
@@ -261,6 +302,22 @@ impl<'a> Reconcile<'a> {
         };
         self.wait(reason, message).await?;
         Ok(None)
+    }
+
+    /// Whether the binding waits for its instance without saying so yet: it is new (no Ready
+    /// condition, created less than [`QUIET_WAIT`] ago) and the instance is on its way (not
+    /// failed). Bindings created with their instances then cost no status write for a wait of
+    /// seconds; the instance becoming Ready wakes them.
+    fn quietly_waits_for(&self, instance: &ServiceInstance) -> bool {
+        let new = !self.status.conditions.iter().any(|c| c.type_ == "Ready")
+            && platform::elapsed_since(self.binding.metadata.creation_timestamp.as_ref())
+                < QUIET_WAIT;
+        let failed = instance.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Failed" && c.status == ConditionStatus::True)
+        });
+        new && !failed
     }
 
     /// Waits for something to appear, up to the wait timeout counted from when `Ready` became
@@ -371,6 +428,7 @@ impl<'a> Reconcile<'a> {
             self.binding.status.as_ref(),
             &self.status,
             CLEARED_FIELDS,
+            &self.ctx.written,
         )
         .await?)
     }

@@ -2,7 +2,6 @@
 //! fetched again where the class is `bindingRetrievable`; else the condition says the binding
 //! must be re-created.
 
-use kube::Api;
 use kube::runtime::controller::Action;
 
 use super::{Reconcile, binding_id, secret};
@@ -10,16 +9,14 @@ use crate::broker::Error;
 use crate::identity;
 use crate::instance::instance_id;
 use crate::instance::resolve::resolve;
-use crate::resources::{ConditionStatus, ServiceInstance};
+use crate::resources::ConditionStatus;
 
 impl Reconcile<'_> {
     /// The Secret of a bound binding went: fetch the credentials again where the broker keeps
     /// them (`bindings_retrievable`), else say how to get them back.
     pub(super) async fn restore_secret(&mut self) -> Result<Action, Error> {
         let name = identity::bound_instance_name(self.binding).to_owned();
-        let instances =
-            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
-        let resolved = match instances.get_opt(&name).await? {
+        let resolved = match self.instance_named(&name).await? {
             Some(instance) => match resolve(&instance, self.ctx).await? {
                 Ok(resolved) => Some((instance, self.with_identity(resolved)?)),
                 Err(_) => None,

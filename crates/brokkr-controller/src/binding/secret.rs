@@ -13,6 +13,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::{Api, Resource, ResourceExt as _};
 use serde_json::{Map, Value};
 
@@ -240,31 +241,27 @@ pub enum Written {
 }
 
 /// Creates or replaces the binding's Secret with `contents`; a Secret the binding does not
-/// control is left as it is.
+/// control is left as it is. `seen` says whether the Secrets' cache holds one of that name:
+/// when it does not, the Secret is created without reading it first (and read only if it
+/// exists after all).
 pub async fn write(
     secrets: &Api<Secret>,
     binding: &ServiceBinding,
     contents: Contents,
+    seen: bool,
 ) -> Result<Written, kube::Error> {
     let name = name(binding);
-    let existing = secrets.get_opt(&name).await?;
-    if let Some(existing) = &existing
-        && !controlled_by(existing, binding)
-    {
-        return Ok(Written::NotOwned);
-    }
     let mut labels = BTreeMap::new();
     labels.insert(
         BINDING_LABEL.to_owned(),
         crate::names::label_value(&binding.name_any()),
     );
-    let desired = Secret {
+    let mut desired = Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: binding.namespace(),
             labels: Some(labels),
             owner_references: binding.controller_owner_ref(&()).map(|o| vec![o]),
-            resource_version: existing.as_ref().and_then(|s| s.resource_version()),
             ..ObjectMeta::default()
         },
         type_: Some(contents.secret_type.clone()),
@@ -277,6 +274,20 @@ pub async fn write(
         ),
         ..Secret::default()
     };
+    if !seen {
+        match secrets.create(&PostParams::default(), &desired).await {
+            Ok(_) => return Ok(Written::Done),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let existing = secrets.get_opt(&name).await?;
+    if let Some(existing) = &existing
+        && !controlled_by(existing, binding)
+    {
+        return Ok(Written::NotOwned);
+    }
+    desired.metadata.resource_version = existing.as_ref().and_then(|s| s.resource_version());
     match existing {
         None => {
             secrets.create(&PostParams::default(), &desired).await?;
@@ -304,12 +315,16 @@ pub async fn write(
     Ok(Written::Done)
 }
 
-/// Deletes the binding's Secret if the binding controls it.
-pub async fn delete(secrets: &Api<Secret>, binding: &ServiceBinding) -> Result<(), kube::Error> {
+/// Deletes the binding's Secret if the binding controls it, as `cached` (the Secrets' cache)
+/// shows it. One the cache has not seen (written an instant ago) goes with the binding anyway:
+/// it is owned by it, and the garbage collector deletes it.
+pub async fn delete(
+    secrets: &Api<Secret>,
+    binding: &ServiceBinding,
+    cached: Option<&PartialObjectMeta<Secret>>,
+) -> Result<(), kube::Error> {
     let name = name(binding);
-    if let Some(existing) = secrets.get_opt(&name).await?
-        && controlled_by(&existing, binding)
-    {
+    if cached.is_some_and(|secret| controlled_by(secret, binding)) {
         match secrets.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -28,9 +28,6 @@ pub(super) async fn deprovision(
     resolved: &Resolved,
 ) -> Result<Action, Error> {
     let deleting = instance.metadata.deletion_timestamp.is_some();
-    if deleting && let Some(action) = bindings_in_the_way(instance, ctx, &mut status).await? {
-        return Ok(action);
-    }
     if deleting
         && !status.orphan_mitigation_in_progress
         && matches!(
@@ -59,6 +56,7 @@ pub(super) async fn deprovision(
                 instance,
                 ctx,
                 status,
+                resolved,
                 kind,
                 operation,
                 response.retry_after,
@@ -133,14 +131,30 @@ pub(super) async fn deprovisioned(
 
 /// ServiceBindings that name the instance block its deletion; with the cascade-delete annotation
 /// they are deleted, and the instance waits for them to go.
-async fn bindings_in_the_way(
+pub(super) async fn bindings_in_the_way(
     instance: &ServiceInstance,
     ctx: &Context,
     status: &mut ServiceInstanceStatus,
 ) -> Result<Option<Action>, Error> {
     let ns = instance.namespace().unwrap_or_default();
     let api = Api::<ServiceBinding>::namespaced(ctx.client.clone(), &ns);
-    let bindings = crate::binding::bindings_of(&ctx.client, &ns, &instance.name_any()).await?;
+    let name = instance.name_any();
+    // The binding controller's cache says which bindings are in the way; only when it says
+    // none is the API server asked, so that a binding just created is not missed.
+    let cached: Vec<ServiceBinding> = ctx.bindings.get().map_or_else(Vec::new, |store| {
+        store
+            .state()
+            .iter()
+            .filter(|b| b.namespace().as_deref() == Some(&ns))
+            .filter(|b| crate::identity::bound_instance_name(b) == name)
+            .map(|b| b.as_ref().clone())
+            .collect()
+    });
+    let bindings = if cached.is_empty() {
+        crate::binding::bindings_of(&ctx.client, &ns, &name).await?
+    } else {
+        cached
+    };
     if bindings.is_empty() {
         return Ok(None);
     }
@@ -176,7 +190,10 @@ async fn bindings_in_the_way(
         )
     };
     set(status, "Ready", ConditionStatus::False, reason, message);
-    write_status(instance, ctx, status).await?;
+    if !ctx.caches.terminating(&ns) {
+        // In a namespace being deleted nobody reads it, and the bindings go by themselves.
+        write_status(instance, ctx, status).await?;
+    }
     Ok(Some(Action::requeue(RECHECK)))
 }
 

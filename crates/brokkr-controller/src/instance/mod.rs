@@ -51,6 +51,7 @@ use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
     ServiceInstanceStatus,
 };
+use crate::status::Freshness;
 use crate::{conditions, finalizer, identity, platform};
 pub(crate) use identity::instance_id;
 
@@ -143,6 +144,10 @@ pub(crate) fn annotated(instance: &ServiceInstance, annotation: &str) -> bool {
 }
 
 async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {
+    if ctx.written.freshness(instance) == Freshness::Stale {
+        // The cache is behind this controller's own last write: its watch event comes soon.
+        return Ok(Action::requeue(platform::STALE_RETRY));
+    }
     let mut status = instance.status.clone().unwrap_or_default();
     let deleting = instance.metadata.deletion_timestamp.is_some();
     let has_finalizer = instance.finalizers().iter().any(|f| f == FINALIZER);
@@ -208,7 +213,13 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
         ctx.client.clone(),
         &instance.namespace().unwrap_or_default(),
     );
-    if platform::status_is_stale(&api, instance).await? {
+    if deleting
+        && let Some(action) = delete::bindings_in_the_way(instance, ctx, &mut status).await?
+    {
+        // Before anything is read from the API server: waiting costs no request.
+        return Ok(action);
+    }
+    if platform::status_is_stale(&api, instance, &ctx.written).await? {
         return Ok(Action::requeue(platform::STALE_RETRY));
     }
     if deleting || status.orphan_mitigation_in_progress {
@@ -462,6 +473,7 @@ async fn started(
     instance: &ServiceInstance,
     ctx: &Context,
     mut status: ServiceInstanceStatus,
+    resolved: &Resolved,
     kind: crate::resources::ServiceInstanceOperation,
     operation: Option<String>,
     retry_after: Option<std::time::Duration>,
@@ -481,6 +493,15 @@ async fn started(
             reason,
             message,
         );
+    }
+    if retry_after.is_none() {
+        // Asked at once, the broker says how the operation is going (or that it is done), and
+        // one status write says both that it started and how far it got. Should that fail, the
+        // start alone is written.
+        match poll::poll(instance, ctx, status.clone(), resolved).await {
+            Ok(action) => return Ok(action),
+            Err(e) => tracing::debug!(error = %e, "the first poll of an operation"),
+        }
     }
     write_status(instance, ctx, &status).await?;
     Ok(Action::requeue(
@@ -551,6 +572,7 @@ async fn write_status(
             "operationStartTime",
             "inProgressProperties",
         ],
+        &ctx.written,
     )
     .await?)
 }
@@ -563,9 +585,15 @@ fn api(instance: &ServiceInstance, ctx: &Context) -> Api<ServiceInstance> {
 }
 
 async fn add_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
-    Ok(finalizer::add(&api(instance, ctx), instance, FINALIZER).await?)
+    if let Some(written) = finalizer::add(&api(instance, ctx), instance, FINALIZER).await? {
+        ctx.written.record(&written);
+    }
+    Ok(())
 }
 
 async fn remove_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
-    Ok(finalizer::remove(&api(instance, ctx), instance, FINALIZER).await?)
+    if let Some(written) = finalizer::remove(&api(instance, ctx), instance, FINALIZER).await? {
+        ctx.written.record(&written);
+    }
+    Ok(())
 }

@@ -120,6 +120,7 @@ pub(super) async fn provision(
                 instance,
                 ctx,
                 status,
+                resolved,
                 kind,
                 operation,
                 response.retry_after,

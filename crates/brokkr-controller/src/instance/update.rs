@@ -92,6 +92,7 @@ pub(super) async fn update(
                 instance,
                 ctx,
                 status,
+                resolved,
                 kind,
                 operation,
                 response.retry_after,

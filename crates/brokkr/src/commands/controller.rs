@@ -120,7 +120,7 @@ pub struct ControllerArgs {
     concurrency: u16,
     /// The most requests per second sent to the Kubernetes API server (watches included); more
     /// wait their turn.
-    #[arg(long, env = "BROKKR_KUBE_API_QPS", default_value = "50", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "BROKKR_KUBE_API_QPS", default_value = "500", value_parser = clap::value_parser!(u64).range(1..))]
     kube_api_qps: u64,
     /// Reconcile without leader election (only one replica may run).
     #[arg(long)]
