@@ -17,7 +17,7 @@
 //!   credentials Secret changed ([`Caches::osb_client`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use brokkr_osb::client::Client as OsbClient;
 use futures::future::BoxFuture;
@@ -26,10 +26,11 @@ use std::sync::atomic::Ordering;
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
 
 use crate::Scope;
 use crate::resources::{
@@ -61,6 +62,7 @@ pub struct Caches {
     /// controller may not list them and serves only its namespace's brokers.
     cluster_watched: std::sync::atomic::AtomicBool,
     osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
+    secret_changes: broadcast::Sender<Arc<PartialObjectMeta<Secret>>>,
 }
 
 /// The writing halves of the stores, until [`Caches::start`] takes them.
@@ -90,7 +92,7 @@ impl Default for Caches {
         let (cluster_plans, w_cluster_plans) = reflector::store();
         let (classes, w_classes) = reflector::store();
         let (plans, w_plans) = reflector::store();
-        let (secrets, w_secrets) = reflector::store_shared(SECRET_EVENTS_BUFFER);
+        let (secrets, w_secrets) = reflector::store();
         let (namespaces, w_namespaces) = reflector::store();
         Self {
             cluster_brokers,
@@ -113,23 +115,36 @@ impl Default for Caches {
             })),
             cluster_watched: std::sync::atomic::AtomicBool::new(false),
             osb_clients: Mutex::new(HashMap::new()),
+            secret_changes: broadcast::channel(SECRET_EVENTS_BUFFER).0,
         }
     }
 }
 
-/// How many Secret changes may wait for the slowest controller that follows them.
-const SECRET_EVENTS_BUFFER: usize = 1024;
+/// How many Secret changes a controller that follows them may be behind before it is told it
+/// lagged.
+const SECRET_EVENTS_BUFFER: usize = 4096;
+
+/// What a controller following Secrets gets.
+#[derive(Debug, Clone)]
+pub enum SecretSeen {
+    /// A Secret was created, changed or deleted (its metadata).
+    Changed(Arc<PartialObjectMeta<Secret>>),
+    /// Changes were missed: whatever depends on Secrets should be looked at again.
+    Lagged,
+}
 
 impl Caches {
-    /// A stream of the Secrets (metadata) that change, for a controller to follow; `None` once
-    /// [`Caches::start`] ran.
-    pub fn secret_events(&self) -> Option<ReflectHandle<PartialObjectMeta<Secret>>> {
-        self.writers
-            .lock()
-            .expect("lock")
-            .as_ref()?
-            .secrets
-            .subscribe()
+    /// The Secrets (metadata) that are created, change or go from now on, for a controller to
+    /// follow.
+    pub fn secret_events(&self) -> impl futures::Stream<Item = SecretSeen> + Send + 'static {
+        futures::stream::unfold(self.secret_changes.subscribe(), |mut receiver| async move {
+            let seen = match receiver.recv().await {
+                Ok(secret) => SecretSeen::Changed(secret),
+                Err(broadcast::error::RecvError::Lagged(_)) => SecretSeen::Lagged,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            Some((seen, receiver))
+        })
     }
 
     /// The futures that fill the caches from watches of `client`, namespaced kinds within
@@ -147,7 +162,7 @@ impl Caches {
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
                 w.secrets,
-                true,
+                Some(self.secret_changes.clone()),
             ),
         ];
         if scope.reconciles_cluster_brokers() {
@@ -158,7 +173,7 @@ impl Caches {
                 reflect(Api::all(client.clone()), all(), w.cluster_brokers),
                 reflect(Api::all(client.clone()), all(), w.cluster_classes),
                 reflect(Api::all(client.clone()), all(), w.cluster_plans),
-                reflect_metadata(namespaces, all(), w.namespaces, false),
+                reflect_metadata(namespaces, all(), w.namespaces, None),
             ]);
         }
         drivers
@@ -263,13 +278,13 @@ where
         .boxed()
 }
 
-/// Fills `writer` from a watch of the metadata of `api`'s objects; `shared` when the writer
-/// was made with `store_shared` and its subscribers follow the changes.
+/// Fills `writer` from a watch of the metadata of `api`'s objects, and tells `changes` (if
+/// any) of every object created, changed or deleted.
 fn reflect_metadata<K>(
     api: Api<PartialObjectMeta<K>>,
     config: watcher::Config,
     writer: Writer<PartialObjectMeta<K>>,
-    shared: bool,
+    changes: Option<broadcast::Sender<Arc<PartialObjectMeta<K>>>>,
 ) -> BoxFuture<'static, ()>
 where
     K: Resource<DynamicType = ()>
@@ -280,15 +295,22 @@ where
         + Sync
         + 'static,
 {
-    let events = watcher(api, config).default_backoff().modify(slim);
-    let log = |event: Result<_, watcher::Error>| async move {
-        if let Err(e) = event {
-            tracing::debug!(error = %e, "cache watch");
-        }
-    };
-    if shared {
-        events.reflect_shared(writer).for_each(log).boxed()
-    } else {
-        events.reflect(writer).for_each(log).boxed()
-    }
+    watcher(api, config)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .touched_objects()
+        .for_each(move |seen| {
+            match seen {
+                // Nobody following is no failure.
+                Ok(object) => {
+                    if let Some(changes) = &changes {
+                        let _ = changes.send(Arc::new(object));
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "cache watch"),
+            }
+            futures::future::ready(())
+        })
+        .boxed()
 }

@@ -55,6 +55,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use broker::BrokerKind;
+use cache::SecretSeen;
 use metrics::Metrics;
 use resources::{ClusterServiceBroker, ServiceBinding, ServiceBroker, ServiceInstance};
 pub use scope::Scope;
@@ -191,7 +192,7 @@ pub const DEFAULT_CONCURRENCY: u16 = 16;
 /// Runs every controller until `shutdown` completes; reconciles in progress then finish.
 pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'static) {
     let client = ctx.client.clone();
-    // Subscribed before the caches start: no change is missed.
+    // Followed before the caches start: no change is missed.
     let secrets_for_instances = ctx.caches.secret_events();
     let secrets_for_bindings = ctx.caches.secret_events();
     let caches = ctx.caches.start(&client, &ctx.scope);
@@ -226,17 +227,23 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
 async fn controllers(
     ctx: Arc<Context>,
     instances: Controller<ServiceInstance>,
-    secrets_for_instances: Option<SecretEvents>,
-    secrets_for_bindings: Option<SecretEvents>,
+    secrets_for_instances: impl futures::Stream<Item = SecretSeen> + Send + 'static,
+    secrets_for_bindings: impl futures::Stream<Item = SecretSeen> + Send + 'static,
     shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
 ) {
     let instance_store = instances.store();
     let instances = instances
         // A Secret that `parametersFrom` names may change the parameters.
-        .watches_shared_stream(
-            futures::stream::iter(secrets_for_instances).flatten(),
-            move |secret| instance::named_by_secret(&instance_store, &secret),
-        )
+        .reconcile_on(secrets_for_instances.flat_map(move |seen| {
+            futures::stream::iter(match seen {
+                SecretSeen::Changed(secret) => instance::named_by_secret(&instance_store, &secret),
+                SecretSeen::Lagged => instance_store
+                    .state()
+                    .iter()
+                    .map(|i| ObjectRef::from_obj(i.as_ref()))
+                    .collect(),
+            })
+        }))
         // A ServiceBinding that comes or goes may unblock its instance's deletion.
         .watches_stream(ctx.changes::<ServiceBinding>(), |binding| {
             let ns = binding.metadata.namespace.clone()?;
@@ -258,17 +265,18 @@ async fn controllers(
     let bindings_of_secrets = known_bindings.clone();
     let bindings = bindings
         // A Secret wakes the bindings that own it or read it (parametersFrom, addKeysFrom).
-        .watches_shared_stream(
-            futures::stream::iter(secrets_for_bindings).flatten(),
-            move |secret| {
-                bindings_of_secrets
-                    .state()
-                    .into_iter()
-                    .filter(|b| binding::uses_secret(b, &secret))
-                    .map(|b| ObjectRef::from_obj(&*b))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .reconcile_on(secrets_for_bindings.flat_map(move |seen| {
+            let woken: Vec<_> = bindings_of_secrets
+                .state()
+                .into_iter()
+                .filter(|b| match &seen {
+                    SecretSeen::Changed(secret) => binding::uses_secret(b, secret),
+                    SecretSeen::Lagged => true,
+                })
+                .map(|b| ObjectRef::from_obj(&*b))
+                .collect();
+            futures::stream::iter(woken)
+        }))
         // An instance that becomes Ready (or goes) wakes the bindings that name it.
         .watches_stream(ctx.metadata_changes::<ServiceInstance>(), move |instance| {
             let (ns, name) = (instance.metadata.namespace, instance.metadata.name);
@@ -316,11 +324,6 @@ async fn controllers(
         projection::run(ctx, shutdown),
     );
 }
-
-/// The Secret changes a controller follows.
-type SecretEvents = kube::runtime::reflector::ReflectHandle<
-    kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>,
->;
 
 async fn broker_controller<B: BrokerKind>(
     ctx: Arc<Context>,
