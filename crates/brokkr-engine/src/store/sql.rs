@@ -1,13 +1,16 @@
 //! [`Store`] over SQL, for SQLite (one process, the default) and PostgreSQL (several replicas).
 //!
 //! Both databases run the same statements; the only differences are connection set-up and the
-//! row locking clause used when claiming due operations. PostgreSQL runs them all through sqlx's
-//! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
-//! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
-//! caller's thread (`readers`), and the rows the writer changed lately from memory (`view`); the
-//! rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON is stored as
-//! text. The tables and their migrations are in `schema`, how a resource is a row
-//! (columns, sealing, decoding) in `row`, the orphans table in `orphans`.
+//! row locking clause used when claiming due operations. The hot path's changes are committed in
+//! groups on both: on a SQLite file by one writer thread on a plain rusqlite connection
+//! (`writer`), which also reads one resource in the caller's thread (`readers`); on PostgreSQL by
+//! a committer task on a connection of sqlx's `Any` pool (`group`). Each keeps the rows it
+//! changed lately in memory (`view`): SQLite answers every read of them from there, PostgreSQL,
+//! which other replicas change too, only `last_operation` for the operation asked about. On
+//! PostgreSQL, a release is announced to every replica (`released`). The rest goes through sqlx.
+//! Timestamps are milliseconds since the Unix epoch; JSON is stored as text. The tables and their
+//! migrations are in `schema`, how a resource is a row (columns, sealing, decoding) in `row`, the
+//! orphans table in `orphans`.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
@@ -86,9 +89,6 @@ fn binding_col(key: &Key) -> &str {
 /// between once.
 const SQLITE_SETTINGS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
     PRAGMA wal_autocheckpoint = 10000; PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;";
-
-/// How many tasks commit PostgreSQL's changes in groups, each on a connection of the pool.
-const COMMITTERS: usize = 1;
 
 /// How long, on PostgreSQL, the view answers for the status of an operation after this
 /// process last committed a change of it. Another replica may change the row meanwhile (start
@@ -192,7 +192,7 @@ impl SqlStore {
                     released.clone(),
                     stop.clone(),
                 ));
-                let group = GroupCommit::start(&pool, COMMITTERS, &view);
+                let group = GroupCommit::start(&pool, &view);
                 (Some(group), Some(stop.drop_guard()))
             }
             Dialect::Sqlite => (None, None),

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use sqlx::AnyPool;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::statement::Statement;
 use super::view::{RowValues, Seen, Touches, View};
@@ -45,14 +45,12 @@ pub(super) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts `committers` tasks that commit the changes sent to them on `pool`'s connections
-    /// and show in `view` what they committed.
-    pub(super) fn start(pool: &AnyPool, committers: usize, view: &Arc<View>) -> Self {
+    /// Starts the committer, which commits the changes sent to it on `pool`'s connections and
+    /// shows in `view` what it committed, in commit order (one committer: two would publish
+    /// their batches in either order).
+    pub(super) fn start(pool: &AnyPool, view: &Arc<View>) -> Self {
         let (changes, queue) = mpsc::unbounded_channel();
-        let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..committers {
-            tokio::spawn(run(pool.clone(), queue.clone(), view.clone()));
-        }
+        tokio::spawn(run(pool.clone(), queue, view.clone()));
         Self { changes }
     }
 
@@ -78,22 +76,16 @@ impl GroupCommit {
     }
 }
 
-/// A committer: a batch of every change waiting (taken while it holds the queue, so that two
-/// committers never split what arrived together), one transaction, then the answers.
-async fn run(pool: AnyPool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Change>>>, view: Arc<View>) {
+/// The committer: a batch of every change waiting, one transaction, then the view, then the
+/// answers.
+async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Arc<View>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    loop {
-        {
-            let mut queue = queue.lock().await;
-            let Some(first) = queue.recv().await else {
-                return;
-            };
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(change) => batch.push(change),
-                    Err(_) => break,
-                }
+    while let Some(first) = queue.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(change) => batch.push(change),
+                Err(_) => break,
             }
         }
         match commit(&pool, &batch).await {
@@ -109,6 +101,9 @@ async fn run(pool: AnyPool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Change>>>, 
                 }
             }
             Ok(Err(commit_failed)) => {
+                // Committed or not, nobody knows: the view forgets what the batch touched.
+                let seen = batch.iter().map(|c| Seen::new(c.touches.clone(), None));
+                view.publish(seen);
                 let message = commit_failed.to_string();
                 for change in batch.drain(..) {
                     let error = sqlx::Error::Protocol(format!("commit failed: {message}"));
@@ -185,4 +180,137 @@ pub(super) async fn alone(
     }
     tx.commit().await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+    use sqlx::any::AnyPoolOptions;
+
+    use super::*;
+
+    /// A pool on a fresh schema of the test PostgreSQL (`BROKKR_TEST_POSTGRES_URL`) with a
+    /// table `t (k BIGINT PRIMARY KEY, v TEXT NOT NULL)`, and the statement that drops it.
+    async fn table() -> (AnyPool, String) {
+        let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
+        sqlx::any::install_default_drivers();
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let setup = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin)
+            .await
+            .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
+        let create = format!("CREATE SCHEMA \"{schema}\"");
+        sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&setup)
+            .await
+            .unwrap();
+        let sep = if admin.contains('?') { '&' } else { '?' };
+        let url = format!("{admin}{sep}options=-c%20search_path%3D{schema}");
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE t (k BIGINT PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        (pool, format!("DROP SCHEMA \"{schema}\" CASCADE"))
+    }
+
+    async fn count(pool: &AnyPool, sql: &str, k: i64) -> i64 {
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(k)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        row.try_get(0).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_change_is_committed_when_its_caller_is_answered() {
+        let (pool, drop_schema) = table().await;
+        let group = Arc::new(GroupCommit::start(&pool, &Arc::new(View::new())));
+        let mut tasks = Vec::new();
+        for k in 0..300_i64 {
+            let (group, pool) = (group.clone(), pool.clone());
+            tasks.push(tokio::spawn(async move {
+                let insert =
+                    Statement::new("INSERT INTO t (k, v) VALUES ($1, 'x')", vec![k.into()]);
+                // Changes only if the insert did: the second statement of a change.
+                let update = Statement::new("UPDATE t SET v = 'y' WHERE k = $1", vec![k.into()]);
+                let changed = group
+                    .write(insert, vec![update], Touches::Nothing)
+                    .await
+                    .unwrap();
+                assert!(changed);
+                // Another connection sees all of it as soon as the caller is answered.
+                let sql = "SELECT count(*) FROM t WHERE k = $1 AND v = 'y'";
+                assert_eq!(count(&pool, sql, k).await, 1, "change {k} answered early");
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(
+            count(&pool, "SELECT count(*) FROM t WHERE k >= $1", 0).await,
+            300
+        );
+        sqlx::query(sqlx::AssertSqlSafe(drop_schema))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_failing_change_fails_alone_and_one_that_changes_nothing_goes_no_further() {
+        let (pool, drop_schema) = table().await;
+        let group = Arc::new(GroupCommit::start(&pool, &Arc::new(View::new())));
+        let mut tasks = Vec::new();
+        for k in 0..100_i64 {
+            let group = group.clone();
+            tasks.push(tokio::spawn(async move {
+                let insert =
+                    Statement::new("INSERT INTO t (k, v) VALUES ($1, 'x')", vec![k.into()]);
+                let rest = match k % 10 {
+                    // Its first row was written; the failure takes it back.
+                    0 => vec![Statement::new(
+                        "INSERT INTO t (k, v) VALUES ($1, NULL)",
+                        vec![(k + 1000).into()],
+                    )],
+                    _ => Vec::new(),
+                };
+                let first = group.write(insert, rest, Touches::Nothing).await;
+                // A compare-and-set that misses: its second statement does not run.
+                let miss = Statement::new(
+                    "UPDATE t SET v = 'y' WHERE k = $1 AND v = 'z'",
+                    vec![k.into()],
+                );
+                let delete = Statement::new("DELETE FROM t WHERE k = $1", vec![k.into()]);
+                let second = group.write(miss, vec![delete], Touches::Nothing).await;
+                (first, second.unwrap())
+            }));
+        }
+        for (k, task) in (0..).zip(tasks) {
+            let (first, second) = task.await.unwrap();
+            assert!(!second, "change {k}: the update changed nothing");
+            match k % 10 {
+                0 => assert!(first.is_err(), "change {k}: {first:?}"),
+                _ => assert!(first.unwrap()),
+            }
+        }
+        let rows = sqlx::query("SELECT k FROM t ORDER BY k")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let rows: Vec<i64> = rows.iter().map(|r| r.try_get(0).unwrap()).collect();
+        let expected: Vec<i64> = (0..100).filter(|k| k % 10 != 0).collect();
+        assert_eq!(rows, expected);
+        sqlx::query(sqlx::AssertSqlSafe(drop_schema))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
 }

@@ -1,5 +1,6 @@
-//! SQLite's view of recently changed resources: what `get` and `get_status` (every
-//! `last_operation`) answer from without a read transaction.
+//! The view of recently changed resources: what a SQLite store's `get` and `get_status` (every
+//! `last_operation`) answer from without a read transaction, and a PostgreSQL store's
+//! `last_operation` without a round trip.
 //!
 //! A read on a reader connection starts a transaction: SQLite takes its shared lock, checks the
 //! WAL index and, when anything was committed since that connection's last read, drops its page
@@ -17,6 +18,13 @@
 //! [empty](View::clear) the view. Entries of operations that ended more than [`LINGER`] ago are
 //! dropped, and all of them when more than [`CAPACITY`] are left, so that memory stays bounded
 //! whatever the number of resources.
+//!
+//! On PostgreSQL the committer (`group`) puts here the status columns each change returned
+//! (`RETURNING`), after the commit, in commit order; a change that changed nothing, or failed,
+//! makes the view forget its resource. Other replicas change the same rows without telling, so
+//! the view answers only [for the operation asked about](View::read_recent), and only shortly
+//! after this process changed it: an operation's state moves only from in progress to ended, so
+//! at worst the answer is "in progress" for an operation another replica ended moments ago.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
