@@ -1,13 +1,14 @@
-//! PostgreSQL's write path: group commit through a committer task.
+//! PostgreSQL's write path: group commit through committer tasks.
 //!
 //! Over sqlx, each change of the hot path (creating a resource, starting an operation, saving
 //! its progress, outputs and end, its events, releasing it) was a transaction of its own: a
 //! round trip per statement plus `BEGIN` and `COMMIT`, and a WAL flush per change. Here those
-//! changes go to a committer task on one pooled connection. Whenever it is free it takes every
-//! change waiting, up to [`MAX_BATCH`], runs them in order in one transaction, commits it once,
-//! and only then answers each caller, so that a caller still hears of its change only once it is
-//! committed. Alone, a change commits at once; under load, the changes that arrive during a
-//! commit share the next one.
+//! changes go to one of [`COMMITTERS`] tasks, each on a pooled connection, chosen by the
+//! resource's instance. Whenever a committer is free it takes every change waiting for it, up to
+//! [`MAX_BATCH`], runs them in order in one transaction, commits it once, and only then answers
+//! each caller, so that a caller still hears of its change only once it is committed. Alone, a
+//! change commits at once; under load, the changes that arrive during a commit share the next
+//! one.
 //!
 //! A change is a compare-and-set statement and the statements that stand only if it changed a
 //! row ([`SqlStore::write`](super::SqlStore)): a change whose first statement changes nothing
@@ -17,6 +18,7 @@
 //! with the change that caused it. A failed `COMMIT` is reported to every caller of the batch, as
 //! a failed commit of its own transaction was before.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use sqlx::AnyPool;
@@ -28,6 +30,11 @@ use crate::store::StoreError;
 
 /// Most changes in one transaction: bounds how long a commit keeps its callers waiting.
 const MAX_BATCH: usize = 256;
+
+/// How many committers run at once, each on a connection of its own. One batch is a round trip
+/// per statement, one after the other: a single committer is bound by that latency, not by the
+/// database, once the machine is busy.
+const COMMITTERS: usize = 4;
 
 /// One change: `first` and, if it changed a row, `rest`; answered with whether it did. When it
 /// `touches` a resource, `first` returns that resource's status columns (`RETURNING`), which
@@ -41,17 +48,24 @@ struct Change {
 
 /// The committers' handle; they end when it is dropped.
 pub(super) struct GroupCommit {
-    changes: mpsc::UnboundedSender<Change>,
+    /// A queue per committer.
+    committers: Vec<mpsc::UnboundedSender<Change>>,
 }
 
 impl GroupCommit {
-    /// Starts the committer, which commits the changes sent to it on `pool`'s connections and
-    /// shows in `view` what it committed, in commit order (one committer: two would publish
-    /// their batches in either order).
+    /// Starts [`COMMITTERS`] committers, which commit the changes sent to them on `pool`'s
+    /// connections and show in `view` what they committed. The changes of one instance and its
+    /// bindings all go to one committer, so that the view gets them in commit order, and two
+    /// committers never wait for each other's row locks.
     pub(super) fn start(pool: &AnyPool, view: &Arc<View>) -> Self {
-        let (changes, queue) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool.clone(), queue, view.clone()));
-        Self { changes }
+        let committers = (0..COMMITTERS)
+            .map(|_| {
+                let (changes, queue) = mpsc::unbounded_channel();
+                tokio::spawn(run(pool.clone(), queue, view.clone()));
+                changes
+            })
+            .collect();
+        Self { committers }
     }
 
     /// Runs `first` and, if it changed a row, `rest`, in the next batch; returns whether `first`
@@ -71,13 +85,23 @@ impl GroupCommit {
             touches,
             reply,
         };
-        self.changes.send(change).map_err(|_| gone())?;
+        let committer = match &change.touches {
+            Touches::Nothing => 0,
+            Touches::Resource(key) | Touches::InstanceAndBindings(key) => {
+                let mut hasher = DefaultHasher::new();
+                key.instance_id.hash(&mut hasher);
+                usize::try_from(hasher.finish() % COMMITTERS as u64).unwrap_or(0)
+            }
+        };
+        self.committers[committer]
+            .send(change)
+            .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
 }
 
-/// The committer: a batch of every change waiting, one transaction, then the view, then the
-/// answers.
+/// A committer: a batch of every change waiting in its queue, one transaction, then the view,
+/// then the answers.
 async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Arc<View>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.recv().await {

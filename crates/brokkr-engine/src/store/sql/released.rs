@@ -20,8 +20,9 @@ use tracing::warn;
 /// The channel releases are announced on.
 pub(super) const CHANNEL: &str = "brokkr_released";
 
-/// The statement, run in a release's transaction, that announces it to every replica.
-pub(super) const NOTIFY: &str = "SELECT pg_notify('brokkr_released', current_schema())";
+/// The statement, run in a release's transaction, that announces it to every replica. (As
+/// text: sqlx's `Any` driver refuses a result of type `void`.)
+pub(super) const NOTIFY: &str = "SELECT pg_notify('brokkr_released', current_schema())::text";
 
 /// Listens for releases on the store at `url`, whose schema is `schema`, and wakes `released`
 /// for each, until `stop` is cancelled (the store is gone).
