@@ -31,6 +31,8 @@ def main():
     ap = argparse.ArgumentParser()
     for name in ("mode", "runs", "memory", "machine", "command", "commit", "out", "floor"):
         ap.add_argument("--" + name, required=True)
+    # With --postgres: what the two replicas left in their store (JSON, or null).
+    ap.add_argument("--replica-checks", default="null")
     a = ap.parse_args()
     runs = [json.loads(line) for line in open(a.runs, encoding="utf-8") if line.strip()]
     by = {}
@@ -45,6 +47,7 @@ def main():
         "concurrency": first["concurrency"],
         "seconds_per_run": round(first["seconds"], 1),
         "memory": json.loads(a.memory),
+        "replica_checks": json.loads(a.replica_checks),
         "lifecycle_floor": float(a.floor),
         "lifecycle_of_floor": {},
         "summaries": {f"{s}/{t}": summary(rs) for (s, t), rs in by.items()},
@@ -82,10 +85,13 @@ def main():
         cat_s = compare("catalog", "brokkr", "static", "catalog vs static handler")
         compare("poll", "brokkr", "openbrokerapi", "poll vs openbrokerapi")
         life = compare("lifecycle", "brokkr", "openbrokerapi", "lifecycle vs openbrokerapi")
-        compare("lifecycle", "brokkr-postgres", "openbrokerapi", "lifecycle (PostgreSQL) vs oba")
+        pg_o = compare("lifecycle", "brokkr-postgres", "openbrokerapi", "lifecycle (PostgreSQL) vs oba")
+        pg_s = compare("lifecycle", "brokkr-postgres", "brokkr", "lifecycle PostgreSQL vs SQLite")
+        two_o = compare("lifecycle", "brokkr-pg-2x", "openbrokerapi", "lifecycle (PG, 2 replicas) vs oba")
+        two_one = compare("lifecycle", "brokkr-pg-2x", "brokkr-postgres", "lifecycle PG 2 replicas vs 1")
         compare("lifecycle", "brokkr", "brokkr-before", "lifecycle vs brokkr before")
         floor = float(a.floor)
-        for t in ("brokkr", "brokkr-postgres", "brokkr-before", "openbrokerapi"):
+        for t in ("brokkr", "brokkr-postgres", "brokkr-pg-2x", "brokkr-before", "openbrokerapi"):
             if ("lifecycle", t) in by:
                 share = summary(by[("lifecycle", t)])["throughput"] / floor
                 results["lifecycle_of_floor"][t] = round(share, 3)
@@ -98,6 +104,20 @@ def main():
             target("lifecycle p99 ≤ 0.7× openbrokerapi's", life["p99_ratio"], 0.7, False)
             target("lifecycle throughput ≥ 50% of the floor",
                    results["lifecycle_of_floor"]["brokkr"], 0.5, True)
+        if pg_o:
+            target("lifecycle on PostgreSQL ≥ 4× openbrokerapi", pg_o["throughput_ratio"], 4, True)
+            target("lifecycle p99 on PostgreSQL ≤ 0.3× openbrokerapi's", pg_o["p99_ratio"], 0.3, False)
+        if pg_s:
+            target("lifecycle on PostgreSQL ≥ 60% of SQLite's", pg_s["throughput_ratio"], 0.6, True)
+        if two_o:
+            target("lifecycle on 2 PostgreSQL replicas ≥ 4× openbrokerapi", two_o["throughput_ratio"], 4, True)
+        if two_one:
+            target("lifecycle on 2 PostgreSQL replicas ≥ 1× one", two_one["throughput_ratio"], 1, True)
+        checks = results["replica_checks"]
+        if checks:
+            for name in ("in_progress", "resumed", "steps_started_twice"):
+                target(f"2 replicas: {name.replace('_', ' ')} = 0 (of {checks['operations']} operations)",
+                       checks[name], 0, False)
     else:
         large = next(t for (_, t) in by if t != "1k")
         c = compare("poll", large, "1k", f"poll at {large} vs 1k instances")

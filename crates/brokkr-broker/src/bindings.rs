@@ -328,7 +328,7 @@ async fn unbind(
             return Ok(json_response(StatusCode::GONE, &json!({})));
         };
         // Only its status and plan are asked: the writer's view has them without a read.
-        let instance = store.get_status(&Key::instance(&instance_id)).await?;
+        let instance = store.get_status(&Key::instance(&instance_id), None).await?;
         // An unbind that skipped steps may be repeated, while its instance lives: it tries
         // those steps again.
         let finished = current.status == Status::Deleted && !current.op.in_progress();
@@ -409,7 +409,10 @@ async fn last_operation(
     let r = broker
         .engine
         .store()
-        .get_status(&Key::binding(&instance_id, &binding_id))
+        .get_status(
+            &Key::binding(&instance_id, &binding_id),
+            query.get("operation"),
+        )
         .await?;
     poll_response(r, query.get("operation"), None, None, || {
         format!("binding {binding_id} does not exist")

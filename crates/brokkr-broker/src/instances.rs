@@ -556,7 +556,7 @@ async fn last_operation(
     let r = broker
         .engine
         .store()
-        .get_status(&Key::instance(&instance_id))
+        .get_status(&Key::instance(&instance_id), query.get("operation"))
         .await?;
     let targets = broker.engine.targets();
     let usable = targets.instance_usable(&instance_id);

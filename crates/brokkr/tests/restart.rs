@@ -216,8 +216,14 @@ impl Broker {
             .arg("--config")
             .arg(config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--store", store])
-            .args(["--poll-interval", "50ms"]);
+            .args(["--store", store]);
+        // Tests look for due operations often, unless they set how often.
+        if !cmd
+            .get_envs()
+            .any(|(name, _)| name == "BROKKR_POLL_INTERVAL")
+        {
+            cmd.args(["--poll-interval", "50ms"]);
+        }
         if let Some((user, password)) = auth {
             cmd.env("BROKKR_BROKER_USERNAME", user)
                 .env("BROKKR_BROKER_PASSWORD", password);
@@ -716,6 +722,76 @@ async fn replicas_on_postgres_take_over_a_dead_replicas_operations() {
     eprintln!(
         "replica B finished A's operations {:?} after the kill",
         started.elapsed()
+    );
+    drop(b);
+    pg.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_default_settings_a_dead_replicas_operations_are_taken_over_when_the_lease_ends() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = quickstart_config(dir.path(), DELAY);
+    let pg = PgSchema::create().await;
+    let key = "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=";
+    // serve's defaults: a 30 s lease, a look for due operations every second.
+    let (lease, poll) = (Duration::from_secs(30), Duration::from_secs(1));
+    let replica = |cmd: &mut Command| {
+        cmd.env("BROKKR_ENCRYPTION_KEY", key)
+            .env("BROKKR_POLL_INTERVAL", "1s");
+    };
+    let mut a = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let b = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let ids = instance_ids("default-lease", 20);
+    let accepted = Instant::now();
+    a.provision_all_async(&ids).await;
+    a.kill9();
+    let killed = Instant::now();
+
+    // Their leases, taken when A accepted them, end `lease` later; B claims them at its next
+    // look and runs what is left of the step.
+    let results = b.wait_terminal(&ids, lease + poll + DELAY * 2).await;
+    assert_all_succeeded(&ids, &results);
+    let taken_over = killed.elapsed();
+    eprintln!(
+        "replica B finished A's operations {taken_over:?} after the kill, {:?} after A accepted \
+         them (lease {lease:?}, poll interval {poll:?}, step {DELAY:?})",
+        accepted.elapsed()
+    );
+    assert!(
+        accepted.elapsed() >= lease,
+        "B ran A's operations before A's lease ended"
+    );
+    drop(b);
+    pg.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_that_stops_hands_its_operations_to_another_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = quickstart_config(dir.path(), DELAY);
+    let pg = PgSchema::create().await;
+    let key = "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=";
+    // B looks for due operations only every minute on its own: only A's release, announced to
+    // B, can make it take them over sooner.
+    let replica = |cmd: &mut Command| {
+        cmd.env("BROKKR_ENCRYPTION_KEY", key)
+            .env("BROKKR_POLL_INTERVAL", "60s");
+    };
+    let mut a = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let b = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let ids = instance_ids("handover", 10);
+    a.provision_all_async(&ids).await;
+    a.assert_in_progress(&ids).await;
+    let stopping = Instant::now();
+    a.sigterm();
+    let status = a.proc.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success(), "brokkr exited with {status} on SIGTERM");
+
+    let results = b.wait_terminal(&ids, DELAY + Duration::from_secs(10)).await;
+    assert_all_succeeded(&ids, &results);
+    eprintln!(
+        "replica B finished the operations A released {:?} after A was told to stop",
+        stopping.elapsed()
     );
     drop(b);
     pg.drop_schema().await;

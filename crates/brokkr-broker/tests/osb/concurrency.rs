@@ -15,7 +15,11 @@ store_tests!(
 );
 
 async fn concurrent_identical_provisions_create_one_instance(backend: Backend) {
-    let b = start(backend).await;
+    // Every request must be answered while the provision runs (an identical provision of a
+    // ready instance is answered 200): its step lasts long enough for 50 requests to a debug
+    // build on a busy machine, rather than the harness's 300ms.
+    let yaml = quickstart(|s| s.replace("delay: 300ms", "delay: 3s"));
+    let b = start_with(backend, &yaml).await;
     let path = format!("{}?accepts_incomplete=true", instance("c-1"));
     let replies =
         futures::future::join_all((0..50).map(|_| b.put(&path, provision_body(ASYNC_PLAN)))).await;

@@ -84,10 +84,15 @@ impl Engine {
         loop {
             let now = now_ms();
             if inner.shutdown.is_cancelled() {
-                return inner
-                    .store
-                    .release(&resource.key, &op.id, &inner.owner)
-                    .await;
+                // Due now, so that another replica (announced the release) or the next start
+                // takes it up at once: a step in the middle of a wait runs again sooner, a
+                // `delay` waits out the rest of its time there.
+                let owner = inner.owner.as_str();
+                op.next_run_at = op.next_run_at.min(now);
+                if inner.store.save_progress(&resource.key, op, owner).await? {
+                    inner.store.release(&resource.key, &op.id, owner).await?;
+                }
+                return Ok(());
             }
             if now >= op.deadline_at {
                 let step = op.plan.steps.get(op.step).map(|s| s.name.clone());

@@ -106,6 +106,7 @@ impl Engine {
                 () = inner.shutdown.cancelled() => return,
                 () = tokio::time::sleep(inner.options.poll_interval) => {}
                 () = inner.wake.notified() => {}
+                () = inner.store.work_released() => {}
             }
             let lease_until = self.lease_until(now_ms());
             match inner

@@ -124,9 +124,14 @@ pub trait Store: Send + Sync {
 
     /// Reads a resource's status and operations only — what `last_operation` answers with:
     /// its `attrs`, `outputs` and operation's update are empty, its operation's plan too, and
-    /// its lease not told (no owner, until 0), so nothing is decrypted, and a SQLite store may
-    /// answer from memory.
-    async fn get_status(&self, key: &Key) -> Result<Option<Resource>, StoreError>;
+    /// its lease not told (no owner, until 0), so nothing is decrypted, and the store may answer
+    /// from memory: a SQLite store always, a PostgreSQL store for `operation` (the one the
+    /// platform asks about) when this process changed it last, moments ago.
+    async fn get_status(
+        &self,
+        key: &Key,
+        operation: Option<&str>,
+    ) -> Result<Option<Resource>, StoreError>;
 
     /// Inserts a resource with its first operation, unless a live one with that key exists.
     async fn create(&self, resource: &Resource) -> Result<Created, StoreError>;
@@ -264,6 +269,11 @@ pub trait Store: Send + Sync {
 
     /// Whether several processes may share this store (PostgreSQL) or only one (SQLite).
     fn shared(&self) -> bool;
+
+    /// Resolves when an engine may have released operations that are due (on PostgreSQL, a
+    /// release committed by any replica since the last call); never on a store only one
+    /// process uses.
+    async fn work_released(&self);
 }
 
 /// A store URL without its password, for logs and errors.

@@ -1,13 +1,16 @@
 //! [`Store`] over SQL, for SQLite (one process, the default) and PostgreSQL (several replicas).
 //!
 //! Both databases run the same statements; the only differences are connection set-up and the
-//! row locking clause used when claiming due operations. PostgreSQL runs them all through sqlx's
-//! `Any` driver. A SQLite file runs the hot path on plain rusqlite connections instead: its
-//! changes in the group commits of one writer thread (`writer`), its reads of one resource in the
-//! caller's thread (`readers`), and the rows the writer changed lately from memory (`view`); the
-//! rest goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON is stored as
-//! text. The tables and their migrations are in `schema`, how a resource is a row
-//! (columns, sealing, decoding) in `row`, the orphans table in `orphans`.
+//! row locking clause used when claiming due operations. The hot path's changes are committed in
+//! groups on both: on a SQLite file by one writer thread on a plain rusqlite connection
+//! (`writer`), which also reads one resource in the caller's thread (`readers`); on PostgreSQL by
+//! a committer task on a connection of sqlx's `Any` pool (`group`). Each keeps the rows it
+//! changed lately in memory (`view`): SQLite answers every read of them from there, PostgreSQL,
+//! which other replicas change too, only `last_operation` for the operation asked about. On
+//! PostgreSQL, a release is announced to every replica (`released`). The rest goes through sqlx.
+//! Timestamps are milliseconds since the Unix epoch; JSON is stored as text. The tables and their
+//! migrations are in `schema`, how a resource is a row (columns, sealing, decoding) in `row`, the
+//! orphans table in `orphans`.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
@@ -18,8 +21,10 @@ use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::Keyring;
 use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
 
+mod group;
 mod orphans;
 mod readers;
+mod released;
 mod row;
 mod schema;
 mod statement;
@@ -27,12 +32,19 @@ mod view;
 mod writer;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use group::GroupCommit;
 use readers::Readers;
-use row::{COLUMN_NAMES, COLUMNS, SEALED_COLUMNS, column_at, seal_context};
+use row::{
+    COLUMN_NAMES, COLUMNS, SEALED_COLUMNS, SELECT_ROW, SELECT_STATUS, STATUS_COLUMNS, column_at,
+    seal_context,
+};
 pub use schema::{Migration, SCHEMA_VERSION, migrations};
 use schema::{migrate_conn, read_version};
 use statement::{Arg, Statement, sqlite_sql};
+use tokio::sync::Notify;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use view::{RowValues, Touches, View};
 use writer::Writer;
 
@@ -54,6 +66,12 @@ pub struct SqlStore {
     readers: Option<Readers>,
     /// For a SQLite file: the status of the resources the writer changed lately.
     view: Option<Arc<View>>,
+    /// For PostgreSQL: the task that commits the hot path's changes in groups.
+    group: Option<GroupCommit>,
+    /// For PostgreSQL: woken when a replica released operations (see `released`).
+    released: Arc<Notify>,
+    /// For PostgreSQL: stops listening for releases when the store is dropped.
+    _listening: Option<DropGuard>,
     /// For SQLite: an exclusive lock that keeps a second process off the same database.
     _lock: Option<std::fs::File>,
 }
@@ -71,6 +89,13 @@ fn binding_col(key: &Key) -> &str {
 /// between once.
 const SQLITE_SETTINGS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
     PRAGMA wal_autocheckpoint = 10000; PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;";
+
+/// How long, on PostgreSQL, the view answers for the status of an operation after this
+/// process last committed a change of it. Another replica may change the row meanwhile (start
+/// another operation, take over this one); the view answers only for the operation asked about,
+/// whose state moves only from in progress to ended, so that at worst it says "in progress" for
+/// this long after another replica ended it.
+const PG_VIEW_AGE: Duration = Duration::from_secs(2);
 
 /// The key of a row's `instance_id` and `binding_id` columns: [`binding_col`] undone.
 fn row_key(instance_id: String, binding_id: String) -> Key {
@@ -152,8 +177,27 @@ impl SqlStore {
             Dialect::Postgres => None,
         };
         let pool = options.connect(&url).await?;
-        // The pool's first connection has created the file.
         let view = Arc::new(View::new());
+        let released = Arc::new(Notify::new());
+        let (group, listening) = match dialect {
+            Dialect::Postgres => {
+                let schema: String = sqlx::query("SELECT current_schema()::text")
+                    .fetch_one(&pool)
+                    .await?
+                    .try_get(0)?;
+                let stop = CancellationToken::new();
+                tokio::spawn(released::listen(
+                    url.clone(),
+                    schema,
+                    released.clone(),
+                    stop.clone(),
+                ));
+                let group = GroupCommit::start(&pool, &view);
+                (Some(group), Some(stop.drop_guard()))
+            }
+            Dialect::Sqlite => (None, None),
+        };
+        // The pool's first connection has created the file.
         let path = match dialect {
             Dialect::Sqlite => sqlite_path(&url),
             Dialect::Postgres => None,
@@ -166,7 +210,10 @@ impl SqlStore {
                 .map(|path| Writer::open(path, view.clone()))
                 .transpose()?,
             readers: path.map(Readers::new),
-            view: path.map(|_| view),
+            view: (dialect == Dialect::Postgres || path.is_some()).then_some(view),
+            group,
+            released,
+            _listening: listening,
             _lock: lock,
         })
     }
@@ -242,20 +289,14 @@ impl SqlStore {
                 })
                 .await;
         }
-        if rest.is_empty() {
-            let done = first.query().execute(&self.pool).await?;
-            return Ok(done.rows_affected() > 0);
+        if let Some(group) = &self.group {
+            let first = match touches {
+                Touches::Nothing => first,
+                _ => first.returning(&STATUS_COLUMNS),
+            };
+            return group.write(first, rest, touches).await;
         }
-        let mut tx = self.pool.begin().await?;
-        if first.query().execute(&mut *tx).await?.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        for statement in &rest {
-            statement.query().execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
+        group::alone(&self.pool, &first, &rest).await
     }
 
     /// The statements that append `events` of `op_id`: a row each for the SQLite writer, which
@@ -298,12 +339,24 @@ impl SqlStore {
             .collect()
     }
 
-    /// Reads the row of `key`, decoded in full or for its status only (from the view, when it
-    /// has it).
-    async fn read(&self, key: &Key, status_only: bool) -> Result<Option<Resource>, StoreError> {
-        if let Some(view) = &self.view
-            && let Some(r) = view.read(key, |row| self.decode(row, status_only))
-        {
+    /// Reads the row of `key`, decoded in full or for its status only: from the view when it
+    /// has it (on PostgreSQL, only the status of `operation` committed here lately, see
+    /// [`PG_VIEW_AGE`]).
+    async fn read(
+        &self,
+        key: &Key,
+        status_only: bool,
+        operation: Option<&str>,
+    ) -> Result<Option<Resource>, StoreError> {
+        let decode = |row: &RowValues| self.decode(row, status_only);
+        let shown = match (self.dialect, &self.view, operation) {
+            (Dialect::Sqlite, Some(view), _) => view.read(key, decode),
+            (Dialect::Postgres, Some(view), Some(op_id)) if status_only => {
+                view.read_recent(key, op_id, PG_VIEW_AGE, decode)
+            }
+            _ => None,
+        };
+        if let Some(r) = shown {
             return r.map(Some);
         }
         if let Some(readers) = &self.readers {
@@ -312,9 +365,11 @@ impl SqlStore {
                 row.map(|row| self.decode(&row, status_only)).transpose()
             });
         }
-        let sql = format!(
-            "SELECT {COLUMNS} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2"
-        );
+        let sql = if status_only {
+            &SELECT_STATUS
+        } else {
+            &SELECT_ROW
+        };
         let row = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(&key.instance_id)
             .bind(binding_col(key))
@@ -338,11 +393,15 @@ impl Store for SqlStore {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Resource>, StoreError> {
-        self.read(key, false).await
+        self.read(key, false, None).await
     }
 
-    async fn get_status(&self, key: &Key) -> Result<Option<Resource>, StoreError> {
-        self.read(key, true).await
+    async fn get_status(
+        &self,
+        key: &Key,
+        operation: Option<&str>,
+    ) -> Result<Option<Resource>, StoreError> {
+        self.read(key, true, operation).await
     }
 
     async fn create(&self, r: &Resource) -> Result<Created, StoreError> {
@@ -615,7 +674,12 @@ impl Store for SqlStore {
                 owner.into(),
             ],
         );
-        self.write(release, Vec::new(), Touches::Resource(key.clone()))
+        // Announced to every replica, which may claim it at once (see `released`).
+        let announce = match self.dialect {
+            Dialect::Postgres => vec![Statement::new(released::NOTIFY, Vec::new())],
+            Dialect::Sqlite => Vec::new(),
+        };
+        self.write(release, announce, Touches::Resource(key.clone()))
             .await?;
         Ok(())
     }
@@ -841,5 +905,12 @@ impl Store for SqlStore {
 
     fn shared(&self) -> bool {
         self.dialect == Dialect::Postgres
+    }
+
+    async fn work_released(&self) {
+        match self.dialect {
+            Dialect::Postgres => self.released.notified().await,
+            Dialect::Sqlite => std::future::pending().await,
+        }
     }
 }

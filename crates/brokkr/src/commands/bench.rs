@@ -38,9 +38,11 @@ pub struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum, default_value_t = Scenario::Catalog)]
     scenario: Scenario,
-    /// Broker base URL.
+    /// Broker base URL. Given more than once (replicas of one broker), the requests go to each
+    /// in turn, as through a load balancer: one operation's requests and polls reach different
+    /// replicas.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
-    url: String,
+    url: Vec<String>,
     /// Basic auth user name.
     #[arg(long, env = "BROKKR_BROKER_USERNAME")]
     username: Option<String>,
@@ -113,17 +115,26 @@ async fn catalog_unparsed(osb: &Client) -> Result<()> {
 }
 
 struct Driver {
-    osb: Client,
+    /// A client per broker URL.
+    osbs: Arc<[Client]>,
+    /// Requests made: which URL the next one goes to.
+    turn: usize,
     args: Arc<BenchArgs>,
 }
 
 impl Driver {
+    /// The client for the next request.
+    fn osb(&mut self) -> Client {
+        self.turn += 1;
+        self.osbs[self.turn % self.osbs.len()].clone()
+    }
+
     /// Polls last_operation until the operation ends; an error if it failed. With a deleting
     /// poll, 410 Gone ends it. Every poll is measured, so this loop is the driver's own rather
     /// than [`Client::wait`].
-    async fn wait(&self, sample: &mut Sample, poll: &Poll, deadline: Instant) -> Result<()> {
+    async fn wait(&mut self, sample: &mut Sample, poll: &Poll, deadline: Instant) -> Result<()> {
         loop {
-            let last = match sample.timed(self.osb.last_operation(poll)).await {
+            let last = match sample.timed(self.osb().last_operation(poll)).await {
                 Ok(answer) => answer.body,
                 Err(e) if poll.is_deleting() && gone(&e) => return Ok(()),
                 Err(e) => return Err(e.into()),
@@ -144,12 +155,14 @@ impl Driver {
 
     /// One instance's life, as a platform drives it: provision, bind (and, when the bind was
     /// asynchronous, fetch the binding's credentials), unbind, deprovision.
-    async fn lifecycle(&self, sample: &mut Sample, id: &str, params: &Value) -> Result<()> {
-        let a = &self.args;
+    async fn lifecycle(&mut self, sample: &mut Sample, id: &str, params: &Value) -> Result<()> {
+        let a = self.args.clone();
         let deadline = Instant::now() + Duration::from_secs(120);
         let plan = PlanRef::new(&a.service_id, &a.plan_id);
-        let request = provision_request(a, params);
-        let provisioned = sample.timed(self.osb.provision(id, &request, true)).await?;
+        let request = provision_request(&a, params);
+        let provisioned = sample
+            .timed(self.osb().provision(id, &request, true))
+            .await?;
         if provisioned.is_async() {
             let poll = Poll::instance(id).operation(provisioned.body.operation);
             self.wait(sample, &poll, deadline).await?;
@@ -161,17 +174,17 @@ impl Driver {
             ..BindRequest::default()
         };
         let bound = sample
-            .timed(self.osb.bind(id, &binding, &request, true))
+            .timed(self.osb().bind(id, &binding, &request, true))
             .await?;
         if bound.is_async() {
             let poll = Poll::binding(id, &binding)
                 .operation(bound.body.operation)
                 .plan(plan.clone());
             self.wait(sample, &poll, deadline).await?;
-            sample.timed(self.osb.binding(id, &binding, None)).await?;
+            sample.timed(self.osb().binding(id, &binding, None)).await?;
         }
         let unbound = sample
-            .timed(self.osb.unbind(id, &binding, &plan, true))
+            .timed(self.osb().unbind(id, &binding, &plan, true))
             .await?;
         if unbound.is_async() {
             let poll = Poll::binding(id, &binding)
@@ -180,7 +193,9 @@ impl Driver {
                 .deleting();
             self.wait(sample, &poll, deadline).await?;
         }
-        let deprovisioned = sample.timed(self.osb.deprovision(id, &plan, true)).await?;
+        let deprovisioned = sample
+            .timed(self.osb().deprovision(id, &plan, true))
+            .await?;
         if deprovisioned.is_async() {
             let poll = Poll::instance(id)
                 .operation(deprovisioned.body.operation)
@@ -235,11 +250,16 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     let params: Value = serde_json::from_str(&args.params).context("--params must be JSON")?;
     let args = Arc::new(args);
-    let mut osb = Client::builder(&args.url).max_idle_connections(args.concurrency);
-    if let Some(user) = &args.username {
-        osb = osb.basic_auth(user, args.password.clone().unwrap_or_default());
+    let mut osbs = Vec::new();
+    for url in &args.url {
+        let mut osb = Client::builder(url).max_idle_connections(args.concurrency);
+        if let Some(user) = &args.username {
+            osb = osb.basic_auth(user, args.password.clone().unwrap_or_default());
+        }
+        osbs.push(osb.build()?);
     }
-    let osb = osb.build()?;
+    let osbs: Arc<[Client]> = osbs.into();
+    let osb = &osbs[0];
     let run_id = uuid::Uuid::new_v4().simple().to_string();
 
     // The poll scenario needs instances to poll: one per client, polled with its operation.
@@ -262,8 +282,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..args.concurrency {
-        let client = Driver {
-            osb: osb.clone(),
+        let mut client = Driver {
+            osbs: osbs.clone(),
+            turn: c,
             args: args.clone(),
         };
         let issued = issued.clone();
@@ -272,14 +293,15 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         let polls = polls.clone();
         tasks.spawn(async move {
             let mut sample = Sample::default();
-            let more = |issued: &AtomicU64| match client.args.count {
+            let count = client.args.count;
+            let more = |issued: &AtomicU64| match count {
                 Some(n) => issued.fetch_add(1, Ordering::Relaxed) < n,
                 None => Instant::now() < until,
             };
             let mut i = 0u64;
             while more(&issued) {
                 let result = match client.args.scenario {
-                    Scenario::Catalog => sample.timed(catalog_unparsed(&client.osb)).await,
+                    Scenario::Catalog => sample.timed(catalog_unparsed(&client.osb())).await,
                     Scenario::Poll => {
                         let poll = match client.args.poll_seeded {
                             Some(n) => Poll::instance(format!(
@@ -289,7 +311,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                             None => polls[c].clone(),
                         };
                         sample
-                            .timed(client.osb.last_operation(&poll))
+                            .timed(client.osb().last_operation(&poll))
                             .await
                             .map(drop)
                             .map_err(anyhow::Error::from)

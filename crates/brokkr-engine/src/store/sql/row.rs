@@ -2,6 +2,8 @@
 //! sealed with the keyring, and decoding a row (from sqlx or rusqlite, by position) into a
 //! [`Resource`].
 
+use std::sync::LazyLock;
+
 use brokkr_osb::OperationState;
 
 use super::statement::Columns;
@@ -47,6 +49,30 @@ pub(super) const COLUMN_NAMES: [&str; 27] = [
     "prev_op_state",
     "prev_op_description",
 ];
+
+/// The statement that reads `columns` of the row whose key is `$1` and `$2`.
+fn select(columns: &str) -> String {
+    format!("SELECT {columns} FROM brokkr_resources WHERE instance_id = $1 AND binding_id = $2")
+}
+
+/// The statement that reads a whole row.
+pub(super) static SELECT_ROW: LazyLock<String> = LazyLock::new(|| select(COLUMNS));
+
+/// [`COLUMNS`] with those `get_status` does not read (sealed or parsed JSON) as NULL: a status
+/// row decodes as a row of `COLUMNS`, and nothing sealed is read.
+pub(super) static STATUS_COLUMNS: LazyLock<String> = LazyLock::new(|| {
+    let columns: Vec<&str> = COLUMN_NAMES
+        .iter()
+        .map(|c| match *c {
+            "attrs" | "outputs" | "op_request" | "op_plan" => "NULL",
+            c => c,
+        })
+        .collect();
+    columns.join(", ")
+});
+
+/// The statement that reads a status row (see [`STATUS_COLUMNS`]).
+pub(super) static SELECT_STATUS: LazyLock<String> = LazyLock::new(|| select(&STATUS_COLUMNS));
 
 /// Where column `name` stands in [`COLUMNS`].
 pub(super) fn column_at(name: &str) -> Option<usize> {

@@ -101,6 +101,12 @@ impl Statement {
         }
     }
 
+    /// The statement with a `RETURNING` clause for `columns`.
+    pub(super) fn returning(mut self, columns: &str) -> Self {
+        self.sql = format!("{} RETURNING {columns}", self.sql);
+        self
+    }
+
     /// The statement as an sqlx query.
     pub(super) fn query(&self) -> AnyQuery<'_> {
         let mut query = sqlx::query(AssertSqlSafe(self.sql.as_str()));

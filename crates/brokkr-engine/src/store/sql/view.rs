@@ -1,5 +1,6 @@
-//! SQLite's view of recently changed resources: what `get` and `get_status` (every
-//! `last_operation`) answer from without a read transaction.
+//! The view of recently changed resources: what a SQLite store's `get` and `get_status` (every
+//! `last_operation`) answer from without a read transaction, and a PostgreSQL store's
+//! `last_operation` without a round trip.
 //!
 //! A read on a reader connection starts a transaction: SQLite takes its shared lock, checks the
 //! WAL index and, when anything was committed since that connection's last read, drops its page
@@ -17,15 +18,25 @@
 //! [empty](View::clear) the view. Entries of operations that ended more than [`LINGER`] ago are
 //! dropped, and all of them when more than [`CAPACITY`] are left, so that memory stays bounded
 //! whatever the number of resources.
+//!
+//! On PostgreSQL the committer (`group`) puts here the status columns each change returned
+//! (`RETURNING`), after the commit, in commit order; a change that changed nothing, or failed,
+//! makes the view forget its resource. Other replicas change the same rows without telling, so
+//! the view answers only [for the operation asked about](View::read_recent), and only shortly
+//! after this process changed it: an operation's state moves only from in progress to ended, so
+//! at worst the answer is "in progress" for an operation another replica ended moments ago.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::types::{Value, ValueRef};
+use sqlx::Row;
+use sqlx::any::AnyRow;
 
-use super::statement::{Column, Columns};
-use super::{COLUMN_NAMES, COLUMNS, binding_col, column_at};
+use super::row::{SELECT_ROW, SELECT_STATUS};
+use super::statement::{Column, Columns, sqlite_sql};
+use super::{COLUMN_NAMES, binding_col, column_at};
 use crate::model::Key;
 use crate::store::StoreError;
 
@@ -39,31 +50,27 @@ const CAPACITY: usize = 16_384;
 /// How often entries past [`LINGER`] are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// The columns of [`COLUMN_NAMES`] that hold integers; the others hold text.
+const INTEGER_COLUMNS: [&str; 9] = [
+    "created_at",
+    "deleted_at",
+    "op_step",
+    "op_step_started_at",
+    "op_next_run_at",
+    "op_deadline_at",
+    "lease_until",
+    "op_started_at",
+    "op_finished_at",
+];
+
 /// One row of `SELECT {COLUMNS}` as values, read by position; a status row has the columns
 /// `get_status` does not read as NULL.
 #[derive(Debug, Clone)]
 pub(super) struct RowValues(Vec<Value>);
 
-/// The statement that reads `columns` of one row.
-fn select(columns: &str) -> String {
-    format!("SELECT {columns} FROM brokkr_resources WHERE instance_id = ?1 AND binding_id = ?2")
-}
-
-/// The statement that reads a whole row.
-static SELECT_ROW: LazyLock<String> = LazyLock::new(|| select(COLUMNS));
-
-/// The statement that reads a status row: [`COLUMNS`] with the columns `get_status` does not
-/// read (sealed or parsed JSON) as NULL, so that it decodes as a row of `COLUMNS`.
-static SELECT_STATUS: LazyLock<String> = LazyLock::new(|| {
-    let columns: Vec<&str> = COLUMN_NAMES
-        .iter()
-        .map(|c| match *c {
-            "attrs" | "outputs" | "op_request" | "op_plan" => "NULL",
-            c => c,
-        })
-        .collect();
-    select(&columns.join(", "))
-});
+/// [`SELECT_ROW`] and [`SELECT_STATUS`] with SQLite's parameters.
+static SQLITE_SELECT_ROW: LazyLock<String> = LazyLock::new(|| sqlite_sql(&SELECT_ROW));
+static SQLITE_SELECT_STATUS: LazyLock<String> = LazyLock::new(|| sqlite_sql(&SELECT_STATUS));
 
 impl RowValues {
     /// The row of `key` as `conn` sees it, whole or its status only; `None` when there is no
@@ -74,9 +81,9 @@ impl RowValues {
         status_only: bool,
     ) -> rusqlite::Result<Option<Self>> {
         let sql = if status_only {
-            &SELECT_STATUS
+            &SQLITE_SELECT_STATUS
         } else {
-            &SELECT_ROW
+            &SQLITE_SELECT_ROW
         };
         let mut statement = conn.prepare_cached(sql)?;
         let mut rows = statement.query([key.instance_id.as_str(), binding_col(key)])?;
@@ -87,6 +94,31 @@ impl RowValues {
             .map(|i| row.get::<_, Value>(i))
             .collect::<rusqlite::Result<_>>()?;
         Ok(Some(Self(values)))
+    }
+
+    /// A row of `SELECT {COLUMNS}` (or `RETURNING` them) read by sqlx, by position.
+    pub(super) fn from_any(row: &AnyRow) -> Result<Self, sqlx::Error> {
+        let values = (0..COLUMN_NAMES.len())
+            .map(|i| {
+                Ok(match INTEGER_COLUMNS.contains(&COLUMN_NAMES[i]) {
+                    true => row
+                        .try_get::<Option<i64>, _>(i)?
+                        .map_or(Value::Null, Value::Integer),
+                    false => row
+                        .try_get::<Option<String>, _>(i)?
+                        .map_or(Value::Null, Value::Text),
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(Self(values))
+    }
+
+    /// Whether the row's current or previous operation is `op_id`.
+    fn names(&self, op_id: &str) -> bool {
+        ["op_id", "prev_op_id"].iter().any(|column| {
+            let value = column_at(column).map(|at| &self.0[at]);
+            matches!(value, Some(Value::Text(id)) if id == op_id)
+        })
     }
 
     fn in_progress(&self) -> bool {
@@ -122,6 +154,12 @@ pub(super) struct Seen {
 }
 
 impl Seen {
+    /// What a change that `touches` left: `row`, or, when it changed nothing or its row was
+    /// not read back, no row (the view forgets the resource).
+    pub(super) fn new(touches: Touches, row: Option<RowValues>) -> Self {
+        Self { touches, row }
+    }
+
     /// Reads back, within the change's transaction, what it `touches`.
     pub(super) fn read(conn: &rusqlite::Connection, touches: Touches) -> rusqlite::Result<Self> {
         let row = match &touches {
@@ -160,6 +198,20 @@ impl View {
         let rows = self.rows.lock().expect("lock");
         let entry = rows.0.get(&key.instance_id)?.get(binding_col(key))?;
         Some(decode(&entry.row))
+    }
+
+    /// Decodes the row of `key` with `decode`, if the view has one put there less than
+    /// `max_age` ago whose current or previous operation is `op_id`.
+    pub(super) fn read_recent<R>(
+        &self,
+        key: &Key,
+        op_id: &str,
+        max_age: Duration,
+        decode: impl FnOnce(&RowValues) -> R,
+    ) -> Option<R> {
+        let rows = self.rows.lock().expect("lock");
+        let entry = rows.0.get(&key.instance_id)?.get(binding_col(key))?;
+        (entry.at.elapsed() < max_age && entry.row.names(op_id)).then(|| decode(&entry.row))
     }
 
     /// Puts what committed changes left, in commit order.
