@@ -239,15 +239,17 @@ pub enum Written {
     NotOwned,
 }
 
-/// Creates or replaces the binding's Secret with `contents`; a Secret the binding does not
-/// control is left as it is.
+/// Creates or replaces the binding's Secret `name` with `contents`; a Secret the binding does
+/// not control is left as it is. An `immutable` Secret (a rotation's) is never changed in place:
+/// different contents replace it with a new one.
 pub async fn write(
     secrets: &Api<Secret>,
     binding: &ServiceBinding,
+    name: &str,
     contents: Contents,
+    immutable: bool,
 ) -> Result<Written, kube::Error> {
-    let name = name(binding);
-    let existing = secrets.get_opt(&name).await?;
+    let existing = secrets.get_opt(name).await?;
     if let Some(existing) = &existing
         && !controlled_by(existing, binding)
     {
@@ -260,7 +262,7 @@ pub async fn write(
     );
     let desired = Secret {
         metadata: ObjectMeta {
-            name: Some(name.clone()),
+            name: Some(name.to_owned()),
             namespace: binding.namespace(),
             labels: Some(labels),
             owner_references: binding.controller_owner_ref(&()).map(|o| vec![o]),
@@ -275,15 +277,25 @@ pub async fn write(
                 .map(|(k, v)| (k, ByteString(v)))
                 .collect(),
         ),
+        immutable: immutable.then_some(true),
         ..Secret::default()
     };
     match existing {
         None => {
             secrets.create(&PostParams::default(), &desired).await?;
         }
-        // A Secret's type cannot change: a different one is replaced by a new Secret.
-        Some(existing) if existing.type_ != desired.type_ => {
-            secrets.delete(&name, &DeleteParams::default()).await?;
+        Some(existing)
+            if existing.type_ == desired.type_
+                && existing.data == desired.data
+                && existing.labels() == desired.labels()
+                && existing.immutable == desired.immutable => {}
+        // A Secret's type cannot change, nor an immutable one's data: a new Secret replaces it.
+        Some(existing)
+            if existing.type_ != desired.type_
+                || existing.immutable == Some(true)
+                || desired.immutable == Some(true) =>
+        {
+            secrets.delete(name, &DeleteParams::default()).await?;
             let fresh = Secret {
                 metadata: ObjectMeta {
                     resource_version: None,
@@ -293,24 +305,25 @@ pub async fn write(
             };
             secrets.create(&PostParams::default(), &fresh).await?;
         }
-        Some(existing)
-            if existing.data == desired.data && existing.labels() == desired.labels() => {}
         Some(_) => {
             secrets
-                .replace(&name, &PostParams::default(), &desired)
+                .replace(name, &PostParams::default(), &desired)
                 .await?;
         }
     }
     Ok(Written::Done)
 }
 
-/// Deletes the binding's Secret if the binding controls it.
-pub async fn delete(secrets: &Api<Secret>, binding: &ServiceBinding) -> Result<(), kube::Error> {
-    let name = name(binding);
-    if let Some(existing) = secrets.get_opt(&name).await?
+/// Deletes the binding's Secret `name` if the binding controls it.
+pub async fn delete(
+    secrets: &Api<Secret>,
+    binding: &ServiceBinding,
+    name: &str,
+) -> Result<(), kube::Error> {
+    if let Some(existing) = secrets.get_opt(name).await?
         && controlled_by(&existing, binding)
     {
-        match secrets.delete(&name, &DeleteParams::default()).await {
+        match secrets.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e),
