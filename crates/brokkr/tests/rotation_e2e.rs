@@ -38,9 +38,11 @@ spec:
 
 /// The templates of the ReplicaSets of the Deployment `name`, newest revision last.
 fn replica_set_templates(ns: &str, name: &str) -> Vec<Value> {
-    let sets: Value =
-        serde_json::from_str(&kubectl(&["-n", ns, "get", "replicasets", "-o", "json"], ""))
-            .unwrap();
+    let sets: Value = serde_json::from_str(&kubectl(
+        &["-n", ns, "get", "replicasets", "-o", "json"],
+        "",
+    ))
+    .unwrap();
     let mut sets: Vec<(u64, Value)> = sets["items"]
         .as_array()
         .unwrap()
@@ -61,13 +63,21 @@ fn replica_set_templates(ns: &str, name: &str) -> Vec<Value> {
 /// The Secrets a pod template reads, by name.
 fn secrets_of(template: &Value) -> Vec<String> {
     let mut names = Vec::new();
-    for container in template["spec"]["containers"].as_array().into_iter().flatten() {
+    for container in template["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         for from in container["envFrom"].as_array().into_iter().flatten() {
             names.extend(from["secretRef"]["name"].as_str().map(str::to_owned));
         }
     }
     for volume in template["spec"]["volumes"].as_array().into_iter().flatten() {
-        for source in volume["projected"]["sources"].as_array().into_iter().flatten() {
+        for source in volume["projected"]["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             names.extend(source["secret"]["name"].as_str().map(str::to_owned));
         }
     }
@@ -173,7 +183,9 @@ spec:
     assert_eq!(fresh["immutable"], true);
     assert_eq!(fresh["type"], "servicebinding.io/postgresql");
     assert_ne!(entry(&fresh, "username"), entry(&old, "username"));
-    log_in(&fresh).await.expect("the new credentials log in at once");
+    log_in(&fresh)
+        .await
+        .expect("the new credentials log in at once");
     log_in(&old)
         .await
         .expect("the old credentials log in during the grace period");
@@ -184,10 +196,13 @@ spec:
 
     // The workloads follow: the templates name the new Secret, and new ReplicaSets roll out.
     for workload in ["shop", "reports"] {
-        eventually(&format!("{workload}'s template on the new Secret"), async || {
-            let t = get(ns, "deployment", workload)?["spec"]["template"].clone();
-            (secrets_of(&t) == [new_secret.as_str()]).then_some(())
-        })
+        eventually(
+            &format!("{workload}'s template on the new Secret"),
+            async || {
+                let t = get(ns, "deployment", workload)?["spec"]["template"].clone();
+                (secrets_of(&t) == [new_secret.as_str()]).then_some(())
+            },
+        )
         .await;
         let sets = eventually(&format!("{workload} rolled"), async || {
             let sets = replica_set_templates(ns, workload);
@@ -216,7 +231,9 @@ spec:
         log_in(&old).await.is_err(),
         "the old credentials are refused after the grace period"
     );
-    log_in(&fresh).await.expect("the new credentials still log in");
+    log_in(&fresh)
+        .await
+        .expect("the new credentials still log in");
     let done = binding(ns, "orders-app");
     let rotating = done["status"]["conditions"]
         .as_array()
@@ -239,11 +256,14 @@ spec:
 /// `brokkr serve` on the shared-server catalog whose PostgreSQL bindings live `lifetime` and are
 /// renewed `renew_before` ahead.
 fn serve_expiring(dir: &std::path::Path, lifetime: &str, renew_before: &str) -> (Process, String) {
-    let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../catalogs/shared/shared.yaml");
+    let shared =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../catalogs/shared/shared.yaml");
     let text = std::fs::read_to_string(shared).unwrap();
     let from = "    binding: &pg-binding\n      rotation: {}\n";
-    assert!(text.contains(from), "the shared catalog's PostgreSQL binding");
+    assert!(
+        text.contains(from),
+        "the shared catalog's PostgreSQL binding"
+    );
     let to = format!(
         "    binding: &pg-binding\n      rotation: {{lifetime: {lifetime}, renew_before: {renew_before}}}\n"
     );
@@ -291,7 +311,10 @@ async fn an_expiring_binding_rotates_by_itself() {
     .await;
     let status = &rotated["status"];
     assert!(status["lastRotationTime"].is_string());
-    assert_ne!(status["nextRotationTime"], first["status"]["nextRotationTime"]);
+    assert_ne!(
+        status["nextRotationTime"],
+        first["status"]["nextRotationTime"]
+    );
     assert_eq!(status["previousBinding"]["externalID"], first_id);
     eventually("the predecessor unbound", async || {
         current_logs_in(ns, "orders-app").await;
