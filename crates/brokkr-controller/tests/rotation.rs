@@ -404,3 +404,57 @@ async fn deleting_a_binding_mid_rotation_unbinds_both() {
     assert_eq!(unbinds, both);
     assert!(secret(&cluster, "app").is_none());
 }
+
+#[tokio::test]
+async fn a_refused_successor_leaves_the_credentials_as_they_are() {
+    let broker = Broker::start(|seen: &Seen| match seen.verb() {
+        "BIND" if seen.body.get("predecessor_binding_id").is_some() => (
+            StatusCode::BAD_REQUEST,
+            json!({"description": "the predecessor is being unbound"}),
+        ),
+        "BIND" => (
+            StatusCode::CREATED,
+            json!({"credentials": credentials(seen)}),
+        ),
+        "UNBIND" => (StatusCode::GONE, json!({})),
+        "PUT" => (StatusCode::CREATED, json!({})),
+        "POLL" => (StatusCode::OK, json!({"state": "succeeded"})),
+        _ => (StatusCode::OK, json!({})),
+    })
+    .await;
+    let cluster = cluster_with(&broker, "small").await;
+    create_binding(&cluster, "app", json!({}));
+    let first = bound(&cluster, "app").await;
+    let first_id = first["status"]["externalID"].as_str().unwrap().to_owned();
+    annotate(&cluster, "app", "1");
+    let failed = cluster
+        .eventually("the rotation failed and cleaned up", || {
+            let b = binding(&cluster, "app")?;
+            let c = condition(&b, "Rotating")?;
+            (c["reason"] == "RotationFailed" && b["status"].get("previousBinding").is_none())
+                .then_some((b, c))
+        })
+        .await;
+    let (b, c) = failed;
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("the predecessor is being unbound"),
+        "{c}"
+    );
+    assert_eq!(b["status"]["binding"]["name"], "app");
+    assert_eq!(b["status"]["currentBinding"]["externalID"], first_id);
+    assert_eq!(condition(&b, "Ready").unwrap()["status"], "True");
+    assert!(secret(&cluster, "app").is_some());
+    // The successor, which the broker may have, is unbound; the current binding is not.
+    let successor = binding_of(&broker.seen_verb("BIND")[1]);
+    let unbinds: Vec<String> = broker.seen_verb("UNBIND").iter().map(binding_of).collect();
+    assert_eq!(unbinds, [successor]);
+    // Asked once, tried once.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(broker.seen_verb("BIND").len(), 2);
+    let reasons: Vec<String> = cluster.events("app").into_iter().map(|e| e.0).collect();
+    assert!(reasons.iter().any(|r| r == "RotationFailed"), "{reasons:?}");
+}

@@ -411,7 +411,14 @@ impl Reconcile<'_> {
             .plan(resolved.plan_ref());
         let answer = resolved.osb.last_operation(&poll).await;
         self.ctx.metrics.osb_call("last_operation", &answer);
-        let response = answer?;
+        let response = match answer {
+            Ok(response) => response,
+            Err(e) if e.status().is_some_and(|s| s.as_u16() == 410) => {
+                let message = "the broker no longer knows the successor's bind".to_owned();
+                return self.rotation_failed("RotationFailed", message).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
         match response.body.state {
             OperationState::InProgress => {
                 let elapsed = elapsed_since(successor.operation_start_time.as_ref());
