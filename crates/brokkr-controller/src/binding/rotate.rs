@@ -228,7 +228,8 @@ impl Reconcile<'_> {
             },
             None => format!("the ServiceInstance {name:?} does not exist"),
         };
-        let rotating = self.status.successor_binding.is_some();
+        let rotating =
+            self.status.successor_binding.is_some() || self.status.previous_binding.is_some();
         let status = if rotating {
             ConditionStatus::True
         } else {
