@@ -740,6 +740,7 @@ fn catalog_entries<B: BrokerKind>(
                     service_binding_create_response_schema: None,
                     default_provision_parameters: None,
                     maximum_polling_duration: plan.maximum_polling_duration,
+                    binding_rotatable: plan.binding_rotatable,
                 },
             ));
         }

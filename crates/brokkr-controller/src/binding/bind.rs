@@ -15,6 +15,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 
+use super::rotate::Expiry;
 use super::{Reconcile, binding_id, secret};
 use crate::broker::Error;
 use crate::instance::resolve::Resolved;
@@ -135,8 +136,10 @@ impl Reconcile<'_> {
                 ))
             }
             Ok(response) => {
-                let credentials = response.body.binding.credentials.unwrap_or_default();
-                self.publish_with(instance, resolved, credentials, others)
+                let binding = response.body.binding;
+                let expiry = Expiry::of(binding.metadata.as_ref());
+                let credentials = binding.credentials.unwrap_or_default();
+                self.publish_with(instance, resolved, credentials, expiry, others)
                     .await
             }
             Err(e) => self.bind_failed(e).await,
@@ -186,15 +189,17 @@ impl Reconcile<'_> {
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 
-    /// Turns credentials into the binding's Secret and marks the binding Ready.
+    /// Turns credentials into the binding's Secret and marks the binding Ready; `expiry` is
+    /// when the broker says they expire.
     pub(super) async fn publish(
         &mut self,
         instance: &ServiceInstance,
         resolved: &Resolved,
         credentials: Map<String, Value>,
+        expiry: Expiry,
     ) -> Result<Action, Error> {
         let others = self.transform_sources().await?;
-        self.publish_with(instance, resolved, credentials, others)
+        self.publish_with(instance, resolved, credentials, expiry, others)
             .await
     }
 
@@ -204,6 +209,7 @@ impl Reconcile<'_> {
         instance: &ServiceInstance,
         resolved: &Resolved,
         credentials: Map<String, Value>,
+        expiry: Expiry,
         others: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     ) -> Result<Action, Error> {
         let contents = match secret::contents(
@@ -215,23 +221,21 @@ impl Reconcile<'_> {
             Ok(contents) => contents,
             Err(unusable) => return self.start_orphan_mitigation(unusable.to_string()).await,
         };
-        let seen = (self
-            .ctx
-            .caches
-            .secret(&self.namespace, &secret::name(self.binding)))
-        .is_some();
-        match secret::write(&self.secrets, self.binding, contents, seen).await? {
+        let name = self.current_secret();
+        // A rotation's Secret is immutable; the first binding's keeps its name and is rewritten.
+        let rotated = name != secret::name(self.binding);
+        let seen = self.ctx.caches.secret(&self.namespace, &name).is_some();
+        match secret::write(&self.secrets, self.binding, &name, contents, rotated, seen).await? {
             secret::Written::Done => {}
             secret::Written::NotOwned => {
                 let message = format!(
-                    "a Secret {:?} that this ServiceBinding does not own appeared; it is never overwritten",
-                    secret::name(self.binding)
+                    "a Secret {name:?} that this ServiceBinding does not own appeared; it is never overwritten"
                 );
                 return self.start_orphan_mitigation(message).await;
             }
         }
         self.ctx.backoffs.forget(&self.uid());
-        let name = secret::name(self.binding);
+        self.record_current(expiry);
         self.status.external_properties = self.status.in_progress_properties.take();
         self.status.reconciled_generation = self.status.observed_generation;
         self.end_operation();
@@ -254,7 +258,7 @@ impl Reconcile<'_> {
     }
 
     /// The Secrets `addKeysFrom` transforms copy from that exist, by name, with their data.
-    async fn transform_sources(
+    pub(super) async fn transform_sources(
         &self,
     ) -> Result<BTreeMap<String, BTreeMap<String, Vec<u8>>>, Error> {
         let mut others = BTreeMap::new();

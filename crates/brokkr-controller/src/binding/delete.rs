@@ -1,6 +1,7 @@
-//! Deleting a ServiceBinding: the Secret first, then an unbind call (410 counts as done), then
-//! the finalizer; the abandon annotation releases it without any broker call. The unbind calls
-//! of an orphan mitigation are made here too.
+//! Deleting a ServiceBinding: the Secrets first, then unbind calls (410 counts as done) — for a
+//! rotation's successor and predecessor, then for the current binding — then the finalizer; the
+//! abandon annotation releases it without any broker call. The unbind calls of an orphan
+//! mitigation are made here too.
 
 use std::time::Duration;
 
@@ -10,7 +11,8 @@ use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::{FINALIZER, RECHECK, Reconcile, binding_id, secret};
+use super::rotate::Slot;
+use super::{FINALIZER, RECHECK, Reconcile, secret};
 use crate::broker::Error;
 use crate::instance::resolve::{Resolved, resolve};
 use crate::instance::{ABANDON_ANNOTATION, instance_id};
@@ -18,14 +20,26 @@ use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance
 use crate::{finalizer, identity, platform};
 
 impl Reconcile<'_> {
-    /// Deletion: the Secret first, then unbind, then the finalizer.
+    /// Deletion: the Secrets first, then unbind, then the finalizer.
     pub(super) async fn delete(mut self) -> Result<Action, Error> {
         self.ctx.backoffs.forget(&self.uid());
         if !finalizer::has(self.binding, FINALIZER) {
             return Ok(Action::await_change());
         }
-        let cached = (self.ctx.caches).secret(&self.namespace, &secret::name(self.binding));
-        secret::delete(&self.secrets, self.binding, cached.as_deref()).await?;
+        let rotating = [
+            self.status.successor_binding.as_ref(),
+            self.status.previous_binding.as_ref(),
+        ];
+        let others: Vec<(String, String)> = rotating
+            .into_iter()
+            .flatten()
+            .map(|b| (b.external_id.clone(), b.secret_name.clone()))
+            .collect();
+        for name in std::iter::once(self.current_secret()).chain(others.iter().map(|o| o.1.clone()))
+        {
+            let cached = self.ctx.caches.secret(&self.namespace, &name);
+            secret::delete(&self.secrets, self.binding, &name, cached.as_deref()).await?;
+        }
         if self
             .binding
             .annotations()
@@ -35,10 +49,13 @@ impl Reconcile<'_> {
         {
             let left = if self.status.unbind_status == Some(UnbindStatus::Required)
                 || self.status.async_op_in_progress
+                || !others.is_empty()
             {
+                let mut ids = vec![format!("{:?}", self.current_id())];
+                ids.extend(others.iter().map(|(id, _)| format!("{id:?}")));
                 format!(
-                    "released without unbinding: binding {:?} of instance {:?} may remain at the broker",
-                    binding_id(self.binding),
+                    "released without unbinding: binding {} of instance {:?} may remain at the broker",
+                    ids.join(", "),
                     identity::bound_instance_name(self.binding)
                 )
             } else {
@@ -52,7 +69,8 @@ impl Reconcile<'_> {
         let needs_unbind = matches!(
             self.status.unbind_status,
             Some(UnbindStatus::Required | UnbindStatus::Failed)
-        ) || self.status.async_op_in_progress;
+        ) || self.status.async_op_in_progress
+            || !others.is_empty();
         if !needs_unbind {
             finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
             return Ok(Action::await_change());
@@ -82,6 +100,13 @@ impl Reconcile<'_> {
                 return Ok(Action::requeue(RECHECK));
             }
         };
+        // A rotation's other bindings first: the current one's unbind releases the finalizer.
+        for slot in [Slot::Successor, Slot::Previous] {
+            if let Some(action) = self.unbind_slot(slot, &instance, &resolved).await? {
+                return Ok(action);
+            }
+        }
+        self.write_status().await?;
         if self.status.async_op_in_progress {
             return self.poll(&instance, &resolved).await;
         }
@@ -101,7 +126,7 @@ impl Reconcile<'_> {
             .osb
             .unbind(
                 &instance_id(instance),
-                &binding_id(self.binding),
+                &self.current_id(),
                 &resolved.plan_ref(),
                 true,
             )

@@ -23,12 +23,15 @@
 //! re-created.
 //!
 //! A binding is immutable at the broker: spec changes after the bind are not sent (the
-//! condition says so); delete and re-create the binding instead.
+//! condition says so) until it rotates (`rotate.rs`): new credentials in a new Secret, asked
+//! for with the annotation `services.brokkr.dev/rotate` or when the broker's `renew_before` is
+//! reached.
 
 mod bind;
 mod delete;
 mod poll;
 mod restore;
+mod rotate;
 pub mod secret;
 
 use std::sync::Arc;
@@ -49,6 +52,7 @@ use crate::resources::{
 };
 use crate::{Context, conditions, finalizer, identity, platform, status};
 pub use identity::binding_id;
+pub use rotate::{DEFAULT_GRACE_PERIOD, ROTATE_ANNOTATION};
 
 /// The finalizer that keeps a ServiceBinding until the broker has unbound it.
 pub const FINALIZER: &str = "services.brokkr.dev/service-binding";
@@ -62,6 +66,11 @@ const CLEARED_FIELDS: &[&str] = &[
     "operationStartTime",
     "inProgressProperties",
     "binding",
+    "successorBinding",
+    "previousBinding",
+    "nextRotationTime",
+    "expiresAt",
+    "rotateRequest",
 ];
 
 /// How long a new binding waits for its instance before its status says so.
@@ -148,7 +157,7 @@ impl<'a> Reconcile<'a> {
     /// has not seen it, as the API server says; `None` when this controller wrote it seconds
     /// ago (the binding became Ready since) and the cache is only behind.
     async fn secret_exists(&self) -> Result<Option<bool>, kube::Error> {
-        let name = secret::name(self.binding);
+        let name = self.current_secret();
         if self.ctx.caches.secret(&self.namespace, &name).is_some() {
             return Ok(Some(true));
         }
@@ -205,11 +214,11 @@ impl<'a> Reconcile<'a> {
                     "Ready",
                     ConditionStatus::True,
                     "InjectedBindResult",
-                    "The binding was injected; later changes to its spec are not sent to the broker (delete and re-create it to change them)",
+                    "The binding was injected; later changes to its spec are not sent to the broker until it rotates (or delete and re-create it)",
                 );
                 self.write_status().await?;
             }
-            return Ok(Action::await_change());
+            return self.rotation().await;
         }
         if !self.status.async_op_in_progress
             && !self.status.orphan_mitigation_in_progress

@@ -7,7 +7,8 @@ use brokkr_osb::client::Poll;
 use brokkr_osb::messages::OperationState;
 use kube::runtime::controller::Action;
 
-use super::{RECHECK, Reconcile, binding_id};
+use super::rotate::Expiry;
+use super::{RECHECK, Reconcile};
 use crate::broker::Error;
 use crate::instance::instance_id;
 use crate::instance::resolve::Resolved;
@@ -22,7 +23,7 @@ impl Reconcile<'_> {
         resolved: &Resolved,
     ) -> Result<Action, Error> {
         let unbinding = self.status.current_operation == Some(ServiceBindingOperation::Unbind);
-        let mut poll = Poll::binding(instance_id(instance), binding_id(self.binding))
+        let mut poll = Poll::binding(instance_id(instance), self.current_id())
             .operation(self.status.last_operation.clone())
             .plan(resolved.plan_ref());
         if unbinding {
@@ -85,15 +86,16 @@ impl Reconcile<'_> {
                     .osb
                     .binding(
                         &instance_id(instance),
-                        &binding_id(self.binding),
+                        &self.current_id(),
                         Some(&resolved.plan_ref()),
                     )
                     .await;
                 self.ctx.metrics.osb_call("fetch_binding", &fetched);
                 match fetched {
                     Ok(response) => {
+                        let expiry = Expiry::of(response.body.metadata.as_ref());
                         let credentials = response.body.credentials.unwrap_or_default();
-                        self.publish(instance, resolved, credentials).await
+                        self.publish(instance, resolved, credentials, expiry).await
                     }
                     Err(e) if may_have_created(&e) => {
                         self.start_orphan_mitigation(format!("fetching the binding failed: {e}"))

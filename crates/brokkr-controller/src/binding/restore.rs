@@ -4,7 +4,8 @@
 
 use kube::runtime::controller::Action;
 
-use super::{Reconcile, binding_id, secret};
+use super::Reconcile;
+use super::rotate::Expiry;
 use crate::broker::Error;
 use crate::identity;
 use crate::instance::instance_id;
@@ -42,19 +43,22 @@ impl Reconcile<'_> {
             .osb
             .binding(
                 &instance_id(&instance),
-                &binding_id(self.binding),
+                &self.current_id(),
                 Some(&resolved.plan_ref()),
             )
             .await;
         self.ctx.metrics.osb_call("fetch_binding", &fetched);
-        let credentials = fetched?.body.credentials.unwrap_or_default();
-        self.publish(&instance, &resolved, credentials).await
+        let binding = fetched?.body;
+        let expiry = Expiry::of(binding.metadata.as_ref());
+        let credentials = binding.credentials.unwrap_or_default();
+        self.publish(&instance, &resolved, credentials, expiry)
+            .await
     }
 
     async fn secret_lost(&mut self, why: &str) -> Result<Action, Error> {
         let message = format!(
             "the Secret {:?} was deleted and cannot be written again: {why}; delete and re-create this ServiceBinding",
-            secret::name(self.binding)
+            self.current_secret()
         );
         self.set("Ready", ConditionStatus::False, "SecretDeleted", message);
         self.write_status().await?;

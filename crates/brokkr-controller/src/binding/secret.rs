@@ -240,17 +240,19 @@ pub enum Written {
     NotOwned,
 }
 
-/// Creates or replaces the binding's Secret with `contents`; a Secret the binding does not
-/// control is left as it is. `seen` says whether the Secrets' cache holds one of that name:
-/// when it does not, the Secret is created without reading it first (and read only if it
-/// exists after all).
+/// Creates or replaces the binding's Secret `name` with `contents`; a Secret the binding does
+/// not control is left as it is. An `immutable` Secret (a rotation's) is never changed in place:
+/// different contents replace it with a new one. `seen` says whether the Secrets' cache holds
+/// one of that name: when it does not, the Secret is created without reading it first (and
+/// read only if it exists after all).
 pub async fn write(
     secrets: &Api<Secret>,
     binding: &ServiceBinding,
+    name: &str,
     contents: Contents,
+    immutable: bool,
     seen: bool,
 ) -> Result<Written, kube::Error> {
-    let name = name(binding);
     let mut labels = BTreeMap::new();
     labels.insert(
         BINDING_LABEL.to_owned(),
@@ -258,7 +260,7 @@ pub async fn write(
     );
     let mut desired = Secret {
         metadata: ObjectMeta {
-            name: Some(name.clone()),
+            name: Some(name.to_owned()),
             namespace: binding.namespace(),
             labels: Some(labels),
             owner_references: binding.controller_owner_ref(&()).map(|o| vec![o]),
@@ -272,6 +274,7 @@ pub async fn write(
                 .map(|(k, v)| (k, ByteString(v)))
                 .collect(),
         ),
+        immutable: immutable.then_some(true),
         ..Secret::default()
     };
     if !seen {
@@ -281,7 +284,7 @@ pub async fn write(
             Err(e) => return Err(e),
         }
     }
-    let existing = secrets.get_opt(&name).await?;
+    let existing = secrets.get_opt(name).await?;
     if let Some(existing) = &existing
         && !controlled_by(existing, binding)
     {
@@ -292,9 +295,18 @@ pub async fn write(
         None => {
             secrets.create(&PostParams::default(), &desired).await?;
         }
-        // A Secret's type cannot change: a different one is replaced by a new Secret.
-        Some(existing) if existing.type_ != desired.type_ => {
-            secrets.delete(&name, &DeleteParams::default()).await?;
+        Some(existing)
+            if existing.type_ == desired.type_
+                && existing.data == desired.data
+                && existing.labels() == desired.labels()
+                && existing.immutable == desired.immutable => {}
+        // A Secret's type cannot change, nor an immutable one's data: a new Secret replaces it.
+        Some(existing)
+            if existing.type_ != desired.type_
+                || existing.immutable == Some(true)
+                || desired.immutable == Some(true) =>
+        {
+            secrets.delete(name, &DeleteParams::default()).await?;
             let fresh = Secret {
                 metadata: ObjectMeta {
                     resource_version: None,
@@ -304,28 +316,26 @@ pub async fn write(
             };
             secrets.create(&PostParams::default(), &fresh).await?;
         }
-        Some(existing)
-            if existing.data == desired.data && existing.labels() == desired.labels() => {}
         Some(_) => {
             secrets
-                .replace(&name, &PostParams::default(), &desired)
+                .replace(name, &PostParams::default(), &desired)
                 .await?;
         }
     }
     Ok(Written::Done)
 }
 
-/// Deletes the binding's Secret if the binding controls it, as `cached` (the Secrets' cache)
-/// shows it. One the cache has not seen (written an instant ago) goes with the binding anyway:
-/// it is owned by it, and the garbage collector deletes it.
+/// Deletes the binding's Secret `name` if the binding controls it, as `cached` (the Secrets'
+/// cache) shows it. One the cache has not seen (written an instant ago) goes with the binding
+/// anyway: it is owned by it, and the garbage collector deletes it.
 pub async fn delete(
     secrets: &Api<Secret>,
     binding: &ServiceBinding,
+    name: &str,
     cached: Option<&PartialObjectMeta<Secret>>,
 ) -> Result<(), kube::Error> {
-    let name = name(binding);
     if cached.is_some_and(|secret| controlled_by(secret, binding)) {
-        match secrets.delete(&name, &DeleteParams::default()).await {
+        match secrets.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e),

@@ -76,6 +76,11 @@ pub struct ServiceBindingSpec {
     /// (the `brokkr-user-info` ValidatingAdmissionPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_info: Option<UserInfo>,
+    /// After a rotation, how long the predecessor's credentials keep working before it is
+    /// unbound, in seconds (default 300): long enough for the workloads to roll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub rotation_grace_period_seconds: Option<u64>,
 }
 
 /// One change to the credentials; exactly one field is set.
@@ -194,6 +199,66 @@ pub struct ServiceBindingStatus {
     /// The Secret with the credentials (servicebinding.io Provisioned Service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding: Option<LocalObjectReference>,
+    /// The OSB binding whose credentials are in `binding` now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_binding: Option<CurrentBinding>,
+    /// The binding a rotation is binding now, recorded before the bind call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor_binding: Option<RotatingBinding>,
+    /// The binding on its way out: the predecessor of the current one, unbound once its grace
+    /// period ends (or a successor whose credentials could not be used, unbound at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_binding: Option<RotatingBinding>,
+    /// When the credentials were last rotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rotation_time: Option<Time>,
+    /// When the credentials rotate by themselves: the broker's `renew_before`, else its
+    /// `expires_at`; absent when the broker gives neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_rotation_time: Option<Time>,
+    /// When the broker says the current credentials expire (`expires_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
+    /// The value of the `services.brokkr.dev/rotate` annotation last acted on: a different
+    /// value asks for a rotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate_request: Option<String>,
+}
+
+/// The OSB binding whose credentials a ServiceBinding's Secret holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentBinding {
+    /// Its OSB binding id.
+    #[serde(rename = "externalID")]
+    pub external_id: String,
+    /// The Secret with its credentials.
+    pub secret_name: String,
+}
+
+/// An OSB binding of a rotation other than the current one: a successor being bound, or a
+/// predecessor being unbound. Absent fields are written as `null` so that a status merge patch
+/// removes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RotatingBinding {
+    /// Its OSB binding id.
+    #[serde(rename = "externalID")]
+    pub external_id: String,
+    /// The Secret with its credentials (a successor's, once written).
+    pub secret_name: String,
+    /// The bind or unbind of it the broker is doing asynchronously.
+    #[serde(default)]
+    pub current_operation: Option<ServiceBindingOperation>,
+    /// The broker's `operation` for it.
+    #[serde(default)]
+    pub last_operation: Option<String>,
+    /// When that operation (or, for a successor, the rotation) started.
+    #[serde(default)]
+    pub operation_start_time: Option<Time>,
+    /// When a predecessor is unbound.
+    #[serde(default)]
+    pub unbind_after: Option<Time>,
 }
 
 /// The instance a binding was bound to, as recorded at the first bind call.

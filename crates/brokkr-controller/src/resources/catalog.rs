@@ -94,6 +94,10 @@ pub struct CommonServicePlanSpec {
     /// operation of this plan before it counts as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum_polling_duration: Option<u64>,
+    /// The catalog's `binding_rotatable`: whether a binding may be rotated (bound again with
+    /// `predecessor_binding_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_rotatable: Option<bool>,
 }
 
 fn yes() -> bool {

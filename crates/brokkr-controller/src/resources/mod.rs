@@ -28,9 +28,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use binding::{
-    AddKeyTransform, AddKeysFromTransform, BoundInstance, RemoveKeyTransform, RenameKeyTransform,
-    SecretTransform, ServiceBinding, ServiceBindingOperation, ServiceBindingPropertiesState,
-    ServiceBindingSpec, ServiceBindingStatus, UnbindStatus,
+    AddKeyTransform, AddKeysFromTransform, BoundInstance, CurrentBinding, RemoveKeyTransform,
+    RenameKeyTransform, RotatingBinding, SecretTransform, ServiceBinding, ServiceBindingOperation,
+    ServiceBindingPropertiesState, ServiceBindingSpec, ServiceBindingStatus, UnbindStatus,
 };
 pub use broker::{
     BasicAuthConfig, BearerTokenAuthConfig, BrokerAuthInfo, ClusterServiceBroker,

@@ -45,8 +45,8 @@ impl Seen {
 
 type Script = Box<dyn FnMut(&Seen) -> (StatusCode, Value) + Send>;
 
-/// A broker offering service `svc` with plans `small` (id `plan-small`) and `large`
-/// (`plan-large`), answering instance requests as its script says.
+/// A broker offering service `svc` with plans `small` (id `plan-small`, whose bindings are
+/// rotatable) and `large` (`plan-large`), answering instance requests as its script says.
 pub struct Broker {
     pub url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -116,7 +116,7 @@ pub fn synchronous(seen: &Seen) -> (StatusCode, Value) {
 fn catalog() -> Value {
     json!({"services": [{"id": "svc", "name": "db", "description": "", "bindable": true,
         "plan_updateable": true,
-        "plans": [{"id": "plan-small", "name": "small", "description": ""},
+        "plans": [{"id": "plan-small", "name": "small", "description": "", "binding_rotatable": true},
                   {"id": "plan-large", "name": "large", "description": ""}]}]})
 }
 
@@ -140,10 +140,7 @@ impl Cluster {
             fake.add_crd(&crd);
         }
         fake.add_kind("events.k8s.io", "v1", "Event", "events", true);
-        let mut ctx = brokkr_controller::Context::new(fake.client());
-        // The brokers of these tests are on loopback, which the URL policy refuses by default.
-        ctx.brokers.namespaced_urls.allow("127.0.0.1").unwrap();
-        let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));
+        let controllers = Self::controllers(&fake);
         fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
             "metadata": {"name": "db"}, "spec": {"url": broker.url}}));
         let cluster = Self { fake, controllers };
@@ -156,6 +153,20 @@ impl Cluster {
             })
             .await;
         cluster
+    }
+
+    fn controllers(fake: &FakeCluster) -> tokio::task::JoinHandle<()> {
+        let mut ctx = brokkr_controller::Context::new(fake.client());
+        // The brokers of these tests are on loopback, which the URL policy refuses by default.
+        ctx.brokers.namespaced_urls.allow("127.0.0.1").unwrap();
+        tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()))
+    }
+
+    /// Stops the controllers, as a crash would, and starts new ones (with nothing remembered).
+    pub async fn restart_controllers(&mut self) {
+        self.controllers.abort();
+        let _ = (&mut self.controllers).await;
+        self.controllers = Self::controllers(&self.fake);
     }
 
     /// Polls `check` until it returns something, for up to 30 seconds.

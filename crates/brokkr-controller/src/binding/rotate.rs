@@ -1,0 +1,750 @@
+//! Rotation: new credentials for a bound ServiceBinding, with working ones at every moment.
+//!
+//! A rotation starts when the annotation `services.brokkr.dev/rotate` takes a value other than
+//! the one last acted on (`status.rotateRequest`), or when `status.nextRotationTime` — the
+//! broker's `renew_before`, else its `expires_at` — is reached (the binding is requeued for
+//! that time). It
+//! 1. records the successor, a new OSB binding id and a new Secret name, in
+//!    `status.successorBinding` before any call, so that a restarted controller binds that id
+//!    again and never another;
+//! 2. binds it with `predecessor_binding_id` and the spec's parameters as they are now (a 202
+//!    is polled, then the binding fetched);
+//! 3. writes its credentials to the new, immutable Secret and moves `status.binding.name` to it —
+//!    servicebinding.io projections and ServiceBindingUsages then roll the workloads — and the
+//!    predecessor to `status.previousBinding`, to be unbound after the grace period
+//!    (`spec.rotationGracePeriodSeconds`, default 5 min);
+//! 4. once that has passed, deletes the predecessor's Secret and unbinds it.
+//!
+//! A rotation asked for while a predecessor is still bound waits until it is unbound, so a
+//! binding never has more than one predecessor. A successor whose bind failed, or whose
+//! credentials cannot become a Secret, becomes the binding to unbind at once (it may exist at
+//! the broker). A plan without `binding_rotatable` is never rotated: the `Rotating` condition
+//! says so and nothing is called. Deleting the ServiceBinding unbinds every binding it has.
+
+use std::time::Duration;
+
+use brokkr_osb::client::Poll;
+use brokkr_osb::messages::{BindRequest, OperationState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt as _};
+use serde_json::{Map, Value};
+
+use super::{RECHECK, Reconcile, binding_id, secret};
+use crate::broker::Error;
+use crate::instance::resolve::{Resolved, resolve};
+use crate::instance::{instance_id, osb_context};
+use crate::platform::{backoff, elapsed_since, humanize};
+use crate::resources::{
+    ConditionStatus, CurrentBinding, LocalObjectReference, RotatingBinding,
+    ServiceBindingOperation, ServiceInstance,
+};
+use crate::{identity, parameters, platform};
+
+/// The annotation whose every new value asks for a rotation.
+pub const ROTATE_ANNOTATION: &str = "services.brokkr.dev/rotate";
+/// How long a predecessor's credentials keep working when the spec does not say.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(300);
+/// The condition that tells how the last rotation went.
+const CONDITION: &str = "Rotating";
+/// Condition reason: the plan's bindings cannot be rotated.
+const NOT_ROTATABLE: &str = "PlanNotRotatable";
+
+/// When the broker says a binding's credentials expire and should be renewed (OSB binding
+/// metadata `expires_at`, `renew_before`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Expiry {
+    expires_at: Option<Timestamp>,
+    renew_before: Option<Timestamp>,
+}
+
+impl Expiry {
+    /// The expiry a bind or fetch answer's `metadata` gives; times that do not parse are left
+    /// out.
+    pub fn of(metadata: Option<&Value>) -> Self {
+        let at = |key: &str| {
+            metadata
+                .and_then(|m| m.get(key))
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse::<Timestamp>().ok())
+        };
+        Self {
+            expires_at: at("expires_at"),
+            renew_before: at("renew_before"),
+        }
+    }
+
+    /// When to rotate: `renew_before`, else `expires_at`.
+    fn due(&self) -> Option<Timestamp> {
+        self.renew_before.or(self.expires_at)
+    }
+}
+
+/// A binding of a rotation other than the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// The successor being bound.
+    Successor,
+    /// The predecessor (or failed successor) to unbind.
+    Previous,
+}
+
+/// The name of a successor's Secret: the binding's Secret name with part of the successor's
+/// id, within the 253 characters of a Secret name.
+fn successor_secret_name(base: &str, id: &str) -> String {
+    let suffix: String = id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(5)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let keep = 253 - suffix.len() - 1;
+    let base = base
+        .get(..keep.min(base.len()))
+        .unwrap_or(base)
+        .trim_end_matches(['-', '.']);
+    format!("{base}-{suffix}")
+}
+
+/// How long from now `at` is, plus a second for the precision status times lose; zero when
+/// it has passed.
+fn until(at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(Timestamp::now()))
+        .unwrap_or_default()
+        .saturating_add(Duration::from_secs(1))
+}
+
+fn is_past(at: Option<&Time>) -> bool {
+    at.is_some_and(|t| t.0 <= Timestamp::now())
+}
+
+impl Reconcile<'_> {
+    /// The OSB id of the binding whose credentials are in the Secret now.
+    pub(super) fn current_id(&self) -> String {
+        self.status
+            .current_binding
+            .as_ref()
+            .map_or_else(|| binding_id(self.binding), |c| c.external_id.clone())
+    }
+
+    /// The Secret with the current credentials.
+    pub(super) fn current_secret(&self) -> String {
+        self.status
+            .current_binding
+            .as_ref()
+            .map_or_else(|| secret::name(self.binding), |c| c.secret_name.clone())
+    }
+
+    /// After credentials were published: records whose they are and when they expire. The
+    /// first time, the rotate annotation as it is counts as acted on.
+    pub(super) fn record_current(&mut self, expiry: Expiry) {
+        if self.status.current_binding.is_none() {
+            self.status.rotate_request = self.rotate_annotation();
+        }
+        self.status.current_binding = Some(CurrentBinding {
+            external_id: self.current_id(),
+            secret_name: self.current_secret(),
+        });
+        self.status.expires_at = expiry.expires_at.map(Time);
+        self.status.next_rotation_time = expiry.due().map(Time);
+    }
+
+    fn slot(&mut self, slot: Slot) -> &mut Option<RotatingBinding> {
+        match slot {
+            Slot::Successor => &mut self.status.successor_binding,
+            Slot::Previous => &mut self.status.previous_binding,
+        }
+    }
+
+    fn rotate_annotation(&self) -> Option<String> {
+        self.binding.annotations().get(ROTATE_ANNOTATION).cloned()
+    }
+
+    /// A bound binding: carries on with a rotation, unbinds a predecessor whose grace period
+    /// is over, or starts a rotation that was asked for or is due.
+    pub(super) async fn rotation(&mut self) -> Result<Action, Error> {
+        if self.status.successor_binding.is_some() {
+            return self.continue_rotation().await;
+        }
+        if let Some(previous) = &self.status.previous_binding {
+            if previous.current_operation.is_some() || is_past(previous.unbind_after.as_ref()) {
+                return self.retire_previous().await;
+            }
+        } else if let Some(why) = self.rotation_wanted() {
+            return self.start_rotation(why).await;
+        }
+        Ok(self.next_wakeup())
+    }
+
+    /// Why the binding should rotate now, if it should.
+    fn rotation_wanted(&self) -> Option<String> {
+        if self.rotate_annotation() != self.status.rotate_request {
+            return Some(format!("asked by the annotation {ROTATE_ANNOTATION}"));
+        }
+        let due = self.status.next_rotation_time.as_ref()?;
+        let refused = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION && c.reason == NOT_ROTATABLE);
+        (due.0 <= Timestamp::now() && !refused)
+            .then(|| format!("the broker asks for renewal from {}", due.0))
+    }
+
+    /// When to look at the binding again: when its predecessor is to be unbound or its
+    /// credentials are due for renewal.
+    fn next_wakeup(&self) -> Action {
+        let now = Timestamp::now();
+        [
+            self.status
+                .previous_binding
+                .as_ref()
+                .and_then(|p| p.unbind_after.as_ref()),
+            self.status.next_rotation_time.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|t| t.0)
+        .filter(|t| *t > now)
+        .min()
+        .map_or_else(Action::await_change, |t| Action::requeue(until(t)))
+    }
+
+    /// The instance the binding is bound to and its broker; `None`, with the condition saying
+    /// why, when either cannot be found.
+    async fn bound_broker(&mut self) -> Result<Option<(ServiceInstance, Resolved)>, Error> {
+        let name = identity::bound_instance_name(self.binding).to_owned();
+        let instances =
+            Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
+        let why = match instances.get_opt(&name).await? {
+            Some(instance) if identity::instance_replaced(self.binding, &instance).is_some() => {
+                format!("the ServiceInstance {name:?} was re-created since it was bound")
+            }
+            Some(instance) => match resolve(&instance, self.ctx).await? {
+                Ok(resolved) => return Ok(Some((instance, self.with_identity(resolved)?))),
+                Err(missing) => missing.to_string(),
+            },
+            None => format!("the ServiceInstance {name:?} does not exist"),
+        };
+        let rotating =
+            self.status.successor_binding.is_some() || self.status.previous_binding.is_some();
+        let status = if rotating {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        self.set(
+            CONDITION,
+            status,
+            "RotationBlocked",
+            format!("cannot call the broker: {why}"),
+        );
+        self.write_status().await?;
+        Ok(None)
+    }
+
+    /// Starts a rotation: the successor is recorded, then bound.
+    async fn start_rotation(&mut self, why: String) -> Result<Action, Error> {
+        let Some((instance, resolved)) = self.bound_broker().await? else {
+            return Ok(Action::requeue(RECHECK));
+        };
+        if resolved.plan.binding_rotatable != Some(true) {
+            self.status.rotate_request = self.rotate_annotation();
+            let message = format!(
+                "the plan {} of the class {} is not binding_rotatable: its bindings cannot be rotated (delete and re-create the ServiceBinding for new credentials)",
+                resolved.plan.external_name, resolved.class.external_name
+            );
+            let said = self
+                .status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == CONDITION && c.reason == NOT_ROTATABLE);
+            self.set(
+                CONDITION,
+                ConditionStatus::False,
+                NOT_ROTATABLE,
+                message.clone(),
+            );
+            self.write_status().await?;
+            if !said {
+                self.event(EventType::Warning, NOT_ROTATABLE, &message, "Rotate")
+                    .await;
+            }
+            return Ok(self.next_wakeup());
+        }
+        if let Some(wait) = self.ctx.backoffs.wait(&self.uid()) {
+            // The last rotation failed: the next waits its turn.
+            return Ok(Action::requeue(wait));
+        }
+        // A bind starts an operation at the broker: only from the object as it is now.
+        if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
+            return Ok(Action::requeue(platform::STALE_RETRY));
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let secret_name = successor_secret_name(&secret::name(self.binding), &id);
+        self.status.rotate_request = self.rotate_annotation();
+        self.status.successor_binding = Some(RotatingBinding {
+            external_id: id.clone(),
+            secret_name,
+            operation_start_time: Some(Time(Timestamp::now())),
+            ..RotatingBinding::default()
+        });
+        let message = format!(
+            "Rotating the credentials ({why}): binding {id:?} as the successor of {:?}",
+            self.current_id()
+        );
+        self.set(
+            CONDITION,
+            ConditionStatus::True,
+            "BindingSuccessor",
+            message.clone(),
+        );
+        self.write_status().await?;
+        self.event(EventType::Normal, "RotationStarted", &message, "Rotate")
+            .await;
+        self.bind_successor(&instance, &resolved, &id).await
+    }
+
+    /// Carries on with the recorded successor: polls its bind, or binds it (again).
+    async fn continue_rotation(&mut self) -> Result<Action, Error> {
+        let Some((instance, resolved)) = self.bound_broker().await? else {
+            return Ok(Action::requeue(RECHECK));
+        };
+        let successor = self.status.successor_binding.clone().unwrap_or_default();
+        if successor.current_operation == Some(ServiceBindingOperation::Bind) {
+            return self.poll_successor(&instance, &resolved, successor).await;
+        }
+        if let Some(wait) = self.ctx.backoffs.wait(&self.uid()) {
+            return Ok(Action::requeue(wait));
+        }
+        self.bind_successor(&instance, &resolved, &successor.external_id)
+            .await
+    }
+
+    /// Binds the successor `id` with `predecessor_binding_id`.
+    async fn bind_successor(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+        id: &str,
+    ) -> Result<Action, Error> {
+        let params = match parameters::build(
+            &self.ctx.client,
+            &self.namespace,
+            self.binding.spec.parameters.as_ref(),
+            &self.binding.spec.parameters_from,
+        )
+        .await?
+        {
+            Ok(params) => params,
+            Err(invalid) => {
+                let message = format!("the parameters cannot be built: {invalid}");
+                return self.rotation_failed("ErrorWithParameters", message).await;
+            }
+        };
+        let request = BindRequest {
+            service_id: resolved.class.external_id.clone(),
+            plan_id: resolved.plan.external_id.clone(),
+            context: Some(osb_context(instance, self.ctx)),
+            parameters: params.merged,
+            predecessor_binding_id: Some(self.current_id()),
+            ..BindRequest::default()
+        };
+        let answer = resolved
+            .osb
+            .bind(&instance_id(instance), id, &request, true)
+            .await;
+        self.ctx.metrics.osb_call("bind", &answer);
+        match answer {
+            Ok(response) if response.is_async() => {
+                if let Some(successor) = &mut self.status.successor_binding {
+                    successor.current_operation = Some(ServiceBindingOperation::Bind);
+                    successor.last_operation = response.body.operation.clone();
+                }
+                self.write_status().await?;
+                Ok(Action::requeue(
+                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                ))
+            }
+            Ok(response) => {
+                let binding = response.body.binding;
+                let expiry = Expiry::of(binding.metadata.as_ref());
+                self.finish_rotation(
+                    instance,
+                    resolved,
+                    binding.credentials.unwrap_or_default(),
+                    expiry,
+                )
+                .await
+            }
+            Err(e) if matches!(e.status().map(|s| s.as_u16()), Some(400 | 409 | 422)) => {
+                self.rotation_failed("RotationFailed", format!("Bind call failed: {e}"))
+                    .await
+            }
+            Err(e) => {
+                // It may have bound, or not been reached: the same id is bound again.
+                let message = format!("Bind call failed: {e}; binding the successor {id:?} again");
+                self.set(
+                    CONDITION,
+                    ConditionStatus::True,
+                    "BindCallFailed",
+                    message.clone(),
+                );
+                self.write_status().await?;
+                self.event(EventType::Warning, "BindCallFailed", &message, "Rotate")
+                    .await;
+                Ok(Action::requeue(self.ctx.backoffs.failed(&self.uid())))
+            }
+        }
+    }
+
+    /// Polls the successor's asynchronous bind; once it succeeded, fetches its credentials.
+    async fn poll_successor(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+        successor: RotatingBinding,
+    ) -> Result<Action, Error> {
+        let poll = Poll::binding(instance_id(instance), successor.external_id.clone())
+            .operation(successor.last_operation.clone())
+            .plan(resolved.plan_ref());
+        let answer = resolved.osb.last_operation(&poll).await;
+        self.ctx.metrics.osb_call("last_operation", &answer);
+        let response = match answer {
+            Ok(response) => response,
+            Err(e) if e.status().is_some_and(|s| s.as_u16() == 410) => {
+                let message = "the broker no longer knows the successor's bind".to_owned();
+                return self.rotation_failed("RotationFailed", message).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match response.body.state {
+            OperationState::InProgress => {
+                let elapsed = elapsed_since(successor.operation_start_time.as_ref());
+                if elapsed > resolved.max_polling() {
+                    let message = format!(
+                        "the broker did not finish the bind within {}",
+                        humanize(resolved.max_polling())
+                    );
+                    return self.rotation_failed("RotationFailed", message).await;
+                }
+                Ok(Action::requeue(
+                    response.retry_after.unwrap_or_else(|| backoff(elapsed)),
+                ))
+            }
+            OperationState::Succeeded => {
+                let fetched = resolved
+                    .osb
+                    .binding(
+                        &instance_id(instance),
+                        &successor.external_id,
+                        Some(&resolved.plan_ref()),
+                    )
+                    .await;
+                self.ctx.metrics.osb_call("fetch_binding", &fetched);
+                let binding = fetched?.body;
+                let expiry = Expiry::of(binding.metadata.as_ref());
+                self.finish_rotation(
+                    instance,
+                    resolved,
+                    binding.credentials.unwrap_or_default(),
+                    expiry,
+                )
+                .await
+            }
+            OperationState::Failed => {
+                let message = format!(
+                    "Bind failed: {}",
+                    response
+                        .body
+                        .description
+                        .unwrap_or_else(|| "the broker gave no reason".into())
+                );
+                self.rotation_failed("RotationFailed", message).await
+            }
+        }
+    }
+
+    /// The successor is bound: its credentials go to its own Secret, `status.binding` moves
+    /// to it, and the predecessor waits out its grace period.
+    async fn finish_rotation(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+        credentials: Map<String, Value>,
+        expiry: Expiry,
+    ) -> Result<Action, Error> {
+        let Some(successor) = self.status.successor_binding.clone() else {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        };
+        let others = self.transform_sources().await?;
+        let contents = match secret::contents(
+            credentials,
+            &resolved.class.external_name,
+            &self.binding.spec.secret_transforms,
+            &others,
+        ) {
+            Ok(contents) => contents,
+            Err(unusable) => {
+                return self
+                    .rotation_failed("RotationFailed", unusable.to_string())
+                    .await;
+            }
+        };
+        let name = successor.secret_name.clone();
+        let seen = self.ctx.caches.secret(&self.namespace, &name).is_some();
+        if secret::write(&self.secrets, self.binding, &name, contents, true, seen).await?
+            == secret::Written::NotOwned
+        {
+            let message = format!(
+                "a Secret {name:?} that this ServiceBinding does not own exists; it is never overwritten"
+            );
+            return self.rotation_failed("SecretNotOwned", message).await;
+        }
+        let now = Timestamp::now();
+        let grace = self
+            .binding
+            .spec
+            .rotation_grace_period_seconds
+            .map_or(DEFAULT_GRACE_PERIOD, Duration::from_secs);
+        let unbind_after = now
+            .checked_add(SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX))
+            .unwrap_or(Timestamp::MAX);
+        let predecessor = RotatingBinding {
+            external_id: self.current_id(),
+            secret_name: self.current_secret(),
+            unbind_after: Some(Time(unbind_after)),
+            ..RotatingBinding::default()
+        };
+        let message = format!(
+            "The credentials of the binding {:?} are in the new Secret {name:?}; the predecessor {:?} and its Secret {:?} go in {}",
+            successor.external_id,
+            predecessor.external_id,
+            predecessor.secret_name,
+            humanize(grace)
+        );
+        self.status.current_binding = Some(CurrentBinding {
+            external_id: successor.external_id,
+            secret_name: name.clone(),
+        });
+        self.status.binding = Some(LocalObjectReference { name: name.clone() });
+        self.status.previous_binding = Some(predecessor);
+        self.status.successor_binding = None;
+        self.status.last_rotation_time = Some(Time(now));
+        self.status.expires_at = expiry.expires_at.map(Time);
+        self.status.next_rotation_time = expiry.due().map(Time);
+        self.ctx.backoffs.forget(&self.uid());
+        self.set(
+            CONDITION,
+            ConditionStatus::True,
+            "PredecessorGracePeriod",
+            message.clone(),
+        );
+        self.set(
+            "Ready",
+            ConditionStatus::True,
+            "InjectedBindResult",
+            format!(
+                "The credentials of the ServiceInstance {:?} are in the Secret {name:?}",
+                instance.name_any()
+            ),
+        );
+        self.write_status().await?;
+        self.event(EventType::Normal, "Rotated", &message, "Rotate")
+            .await;
+        Ok(self.next_wakeup())
+    }
+
+    /// A rotation that cannot go on: a successor the broker may have becomes the binding to
+    /// unbind at once; the next rotation waits its backoff (a due one is tried again then, one
+    /// asked for waits for the annotation to change again).
+    async fn rotation_failed(&mut self, reason: &str, message: String) -> Result<Action, Error> {
+        self.ctx.backoffs.failed(&self.uid());
+        if let Some(successor) = self.status.successor_binding.take() {
+            self.status.previous_binding = Some(RotatingBinding {
+                unbind_after: Some(Time(Timestamp::now())),
+                current_operation: None,
+                last_operation: None,
+                operation_start_time: None,
+                ..successor
+            });
+        }
+        self.set(CONDITION, ConditionStatus::False, reason, message.clone());
+        self.write_status().await?;
+        self.event(EventType::Warning, reason, &message, "Rotate")
+            .await;
+        Ok(Action::requeue(Duration::from_secs(1)))
+    }
+
+    /// Unbinds the binding in `status.previousBinding`, its grace period over.
+    async fn retire_previous(&mut self) -> Result<Action, Error> {
+        let Some((instance, resolved)) = self.bound_broker().await? else {
+            return Ok(Action::requeue(RECHECK));
+        };
+        let retiring = self.status.previous_binding.clone().unwrap_or_default();
+        if let Some(action) = self
+            .unbind_slot(Slot::Previous, &instance, &resolved)
+            .await?
+        {
+            return Ok(action);
+        }
+        let message = format!(
+            "The binding {:?} was unbound and its Secret {:?} deleted",
+            retiring.external_id, retiring.secret_name
+        );
+        let grace_period = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION && c.status == ConditionStatus::True);
+        if grace_period {
+            let done = format!(
+                "The credentials were rotated; the predecessor {:?} was unbound",
+                retiring.external_id
+            );
+            self.set(CONDITION, ConditionStatus::False, "Rotated", done);
+        }
+        self.write_status().await?;
+        self.event(EventType::Normal, "PredecessorUnbound", &message, "Rotate")
+            .await;
+        if self.rotation_wanted().is_some() {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        Ok(self.next_wakeup())
+    }
+
+    /// Deletes the Secret of the binding in `slot` and unbinds it (410 counts as done);
+    /// `None` once the broker no longer has it and the slot is empty, else when to look again.
+    pub(super) async fn unbind_slot(
+        &mut self,
+        slot: Slot,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+    ) -> Result<Option<Action>, Error> {
+        let Some(retiring) = self.slot(slot).clone() else {
+            return Ok(None);
+        };
+        let instance_id = instance_id(instance);
+        if retiring.current_operation == Some(ServiceBindingOperation::Unbind) {
+            let poll = Poll::binding(instance_id, retiring.external_id.clone())
+                .operation(retiring.last_operation.clone())
+                .plan(resolved.plan_ref())
+                .deleting();
+            let answer = resolved.osb.last_operation(&poll).await;
+            self.ctx.metrics.osb_call("last_operation", &answer);
+            let (state, description, retry_after) = match answer {
+                Ok(r) => (r.body.state, r.body.description, r.retry_after),
+                Err(e) if e.status().is_some_and(|s| s.as_u16() == 410) => {
+                    (OperationState::Succeeded, None, None)
+                }
+                Err(e) => return Err(e.into()),
+            };
+            return match state {
+                OperationState::InProgress => {
+                    Ok(Some(Action::requeue(retry_after.unwrap_or_else(|| {
+                        backoff(elapsed_since(retiring.operation_start_time.as_ref()))
+                    }))))
+                }
+                OperationState::Succeeded => {
+                    *self.slot(slot) = None;
+                    Ok(None)
+                }
+                OperationState::Failed => {
+                    *self.slot(slot) = Some(RotatingBinding {
+                        current_operation: None,
+                        last_operation: None,
+                        operation_start_time: None,
+                        ..retiring.clone()
+                    });
+                    let why = description.unwrap_or_else(|| "the broker gave no reason".into());
+                    self.unbind_failed(&retiring.external_id, &why).await?;
+                    Ok(Some(Action::requeue(RECHECK)))
+                }
+            };
+        }
+        let cached = (self.ctx.caches).secret(&self.namespace, &retiring.secret_name);
+        secret::delete(
+            &self.secrets,
+            self.binding,
+            &retiring.secret_name,
+            cached.as_deref(),
+        )
+        .await?;
+        let answer = resolved
+            .osb
+            .unbind(
+                &instance_id,
+                &retiring.external_id,
+                &resolved.plan_ref(),
+                true,
+            )
+            .await;
+        self.ctx.metrics.osb_call("unbind", &answer);
+        match answer {
+            Ok(response) if response.is_async() => {
+                *self.slot(slot) = Some(RotatingBinding {
+                    current_operation: Some(ServiceBindingOperation::Unbind),
+                    last_operation: response.body.operation.clone(),
+                    operation_start_time: Some(Time(Timestamp::now())),
+                    ..retiring
+                });
+                self.write_status().await?;
+                Ok(Some(Action::requeue(
+                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                )))
+            }
+            Ok(_) => {
+                *self.slot(slot) = None;
+                Ok(None)
+            }
+            Err(e) => {
+                self.unbind_failed(&retiring.external_id, &e.to_string())
+                    .await?;
+                Ok(Some(Action::requeue(RECHECK)))
+            }
+        }
+    }
+
+    /// Says that unbinding the rotation's binding `id` failed; it is tried again.
+    async fn unbind_failed(&mut self, id: &str, why: &str) -> Result<(), Error> {
+        let message = format!("Unbinding the binding {id:?} failed: {why}; trying again");
+        self.write_status().await?;
+        self.event(EventType::Warning, "UnbindCallFailed", &message, "Rotate")
+            .await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renewal_is_due_at_renew_before_else_at_expiry() {
+        let both = Expiry::of(Some(&json!({"expires_at": "2026-12-27T18:03:15.4Z",
+            "renew_before": "2026-12-20T18:03:15.4Z"})));
+        assert_eq!(
+            both.due().map(|t| t.to_string()).as_deref(),
+            Some("2026-12-20T18:03:15.4Z")
+        );
+        let expiry_only = Expiry::of(Some(&json!({"expires_at": "2026-12-27T18:03:15Z"})));
+        assert_eq!(
+            expiry_only.due().map(|t| t.to_string()).as_deref(),
+            Some("2026-12-27T18:03:15Z")
+        );
+        assert_eq!(Expiry::of(None).due(), None);
+        assert_eq!(Expiry::of(Some(&json!({"expires_at": "soon"}))).due(), None);
+    }
+
+    #[test]
+    fn a_successor_secret_is_named_after_the_binding_and_fits() {
+        assert_eq!(successor_secret_name("db", "3F2a-91c0-..."), "db-3f2a9");
+        let long = "a".repeat(253);
+        let name = successor_secret_name(&long, "0123456789");
+        assert_eq!(name.len(), 253);
+        assert!(name.ends_with("-01234"));
+    }
+}
