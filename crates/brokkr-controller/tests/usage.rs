@@ -138,9 +138,16 @@ async fn a_usage_first_waits_for_binding_secret_and_workload_then_injects_and_re
     );
     reason(&fake, "redis-usage", "TargetNotFound").await;
 
+    // The workload's kind is watched: its creation wakes the usage at once (no poll).
     let original = deployment("shop");
+    let created = std::time::Instant::now();
     fake.create(original.clone());
     reason(&fake, "redis-usage", "Injected").await;
+    assert!(
+        created.elapsed() < Duration::from_secs(2),
+        "injected {:?} after the workload appeared",
+        created.elapsed()
+    );
 
     let injected = template(&fake, "Deployment", "shop");
     for container in injected["spec"]["containers"].as_array().unwrap() {

@@ -325,6 +325,14 @@ fn controller_rbac_grants_what_the_controllers_use_and_no_wildcards() {
         .find(|r| r["resources"][0] == "namespaces")
         .unwrap();
     assert_eq!(ns_rule["resourceNames"], serde_json::json!(["kube-system"]));
+    // Namespaces are watched (their metadata): nothing is written into one being deleted.
+    let watch_rule = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0] == "namespaces" && r.get("resourceNames").is_none())
+        .unwrap();
+    assert_eq!(watch_rule["verbs"], serde_json::json!(["list", "watch"]));
     let lease = find(&docs, "Role", "brokkr-controller-leader-election");
     has(
         &grants(lease),
@@ -370,6 +378,56 @@ fn controller_rbac_grants_what_the_controllers_use_and_no_wildcards() {
             serde_json::json!({"kind": "ServiceAccount", "name": "brokkr-controller", "namespace": "brokkr"})
         );
     }
+}
+
+#[test]
+fn namespace_overlay_runs_a_teams_controller_with_a_role_alone() {
+    let objects = kustomize("overlays/namespace");
+    for o in &objects {
+        assert_eq!(o["metadata"]["namespace"], "team-a", "{}", o["kind"]);
+        assert!(
+            !o["kind"].as_str().unwrap().starts_with("Cluster"),
+            "nothing cluster-wide: {}",
+            o["kind"]
+        );
+    }
+    let deployment = find(&objects, "Deployment", "brokkr-controller");
+    let pod = &deployment["spec"]["template"]["spec"];
+    check_pod("namespace controller", pod);
+    let c = &pod["containers"][0];
+    assert_eq!(env(c, "BROKKR_NAMESPACES")["value"], "team-a");
+    assert_eq!(c["resources"]["limits"]["memory"], "128Mi");
+    let g = grants(find(&objects, "Role", "brokkr-controller"));
+    for resource in ["serviceinstances", "servicebindings", "servicebrokers"] {
+        for sub in ["", "/status", "/finalizers"] {
+            has(
+                &g,
+                "services.brokkr.dev",
+                &format!("{resource}{sub}"),
+                &["get", "list", "watch", "patch"],
+            );
+        }
+    }
+    has(
+        &g,
+        "",
+        "secrets",
+        &["get", "list", "watch", "create", "delete"],
+    );
+    has(
+        &g,
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    );
+    has(
+        &g,
+        "apps",
+        "deployments",
+        &["get", "list", "watch", "patch"],
+    );
+    let binding = find(&objects, "RoleBinding", "brokkr-controller");
+    assert_eq!(binding["subjects"][0]["name"], "brokkr-controller");
 }
 
 /// The Dockerfile's instructions, with continuation lines joined.
