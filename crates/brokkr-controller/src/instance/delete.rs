@@ -9,8 +9,8 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 
 use super::{
-    ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION, RECHECK, annotated, end_operation, event,
-    instance_id, provision, reason, remove_finalizer, set, started, write_status,
+    ABANDON_ANNOTATION, Accepted, CASCADE_DELETE_ANNOTATION, RECHECK, annotated, end_operation,
+    event, instance_id, provision, reason, remove_finalizer, set, started, write_status,
 };
 use crate::Context;
 use crate::broker::Error;
@@ -57,10 +57,12 @@ pub(super) async fn deprovision(
                 ctx,
                 status,
                 resolved,
-                kind,
-                operation,
-                response.retry_after,
-                waiting,
+                Accepted {
+                    kind,
+                    operation,
+                    retry_after: response.retry_after,
+                    waiting,
+                },
             )
             .await
         }

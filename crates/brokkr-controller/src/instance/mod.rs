@@ -469,16 +469,29 @@ fn plan_id(properties: &ServiceInstancePropertiesState) -> Option<&str> {
 /// Records an operation the broker accepted asynchronously, `operation` being what to poll
 /// `last_operation` with, and sets `Ready` to `waiting` (reason, message) when given; polls after
 /// the broker's `Retry-After`, else after a second.
+/// An operation a broker accepted to run asynchronously (a 202).
+struct Accepted<'a> {
+    kind: crate::resources::ServiceInstanceOperation,
+    /// The broker's operation key.
+    operation: Option<String>,
+    retry_after: Option<std::time::Duration>,
+    /// The `Ready` condition's reason and message while it runs, if they change.
+    waiting: Option<(&'a str, &'a str)>,
+}
+
 async fn started(
     instance: &ServiceInstance,
     ctx: &Context,
     mut status: ServiceInstanceStatus,
     resolved: &Resolved,
-    kind: crate::resources::ServiceInstanceOperation,
-    operation: Option<String>,
-    retry_after: Option<std::time::Duration>,
-    waiting: Option<(&str, &str)>,
+    accepted: Accepted<'_>,
 ) -> Result<Action, Error> {
+    let Accepted {
+        kind,
+        operation,
+        retry_after,
+        waiting,
+    } = accepted;
     status.async_op_in_progress = true;
     status.current_operation = Some(kind);
     status.last_operation = operation;

@@ -11,7 +11,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::{
-    end_operation, event, instance_id, osb_context, properties, reason, set, started, write_status,
+    Accepted, end_operation, event, instance_id, osb_context, properties, reason, set, started,
+    write_status,
 };
 use crate::broker::Error;
 use crate::instance::resolve::Resolved;
@@ -121,10 +122,12 @@ pub(super) async fn provision(
                 ctx,
                 status,
                 resolved,
-                kind,
-                operation,
-                response.retry_after,
-                Some(waiting),
+                Accepted {
+                    kind,
+                    operation,
+                    retry_after: response.retry_after,
+                    waiting: Some(waiting),
+                },
             )
             .await
         }

@@ -9,8 +9,8 @@ use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 
 use super::{
-    RECHECK, end_operation, event, instance_id, osb_context, plan_id, properties, reason, set,
-    started, write_status,
+    Accepted, RECHECK, end_operation, event, instance_id, osb_context, plan_id, properties, reason,
+    set, started, write_status,
 };
 use crate::Context;
 use crate::broker::Error;
@@ -93,10 +93,12 @@ pub(super) async fn update(
                 ctx,
                 status,
                 resolved,
-                kind,
-                operation,
-                response.retry_after,
-                Some(waiting),
+                Accepted {
+                    kind,
+                    operation,
+                    retry_after: response.retry_after,
+                    waiting: Some(waiting),
+                },
             )
             .await
         }
