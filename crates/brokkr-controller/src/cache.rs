@@ -155,10 +155,10 @@ impl Caches {
         };
         let config = scope.watch_config();
         let mut drivers = vec![
-            reflect(scope.api(client), config.clone(), w.brokers),
-            reflect(scope.api(client), config.clone(), w.classes),
-            reflect(scope.api(client), config.clone(), w.plans),
-            reflect_metadata(
+            reflect(scope.api(client), config.clone(), w.brokers, None),
+            reflect(scope.api(client), config.clone(), w.classes, None),
+            reflect(scope.api(client), config.clone(), w.plans, None),
+            reflect(
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
                 w.secrets,
@@ -170,10 +170,10 @@ impl Caches {
             let all = watcher::Config::default;
             let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
             drivers.extend([
-                reflect(Api::all(client.clone()), all(), w.cluster_brokers),
-                reflect(Api::all(client.clone()), all(), w.cluster_classes),
-                reflect(Api::all(client.clone()), all(), w.cluster_plans),
-                reflect_metadata(namespaces, all(), w.namespaces, None),
+                reflect(Api::all(client.clone()), all(), w.cluster_brokers, None),
+                reflect(Api::all(client.clone()), all(), w.cluster_classes, None),
+                reflect(Api::all(client.clone()), all(), w.cluster_plans, None),
+                reflect(namespaces, all(), w.namespaces, None),
             ]);
         }
         drivers
@@ -255,36 +255,14 @@ fn slim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-/// Fills `writer` from a watch of `api`'s objects.
-fn reflect<K>(api: Api<K>, config: watcher::Config, writer: Writer<K>) -> BoxFuture<'static, ()>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    watcher(api, config)
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .for_each(|event| async move {
-            if let Err(e) = event {
-                tracing::debug!(error = %e, "cache watch");
-            }
-        })
-        .boxed()
-}
-
-/// Fills `writer` from a watch of the metadata of `api`'s objects, and tells `changes` (if
-/// any) of every object created, changed or deleted.
-fn reflect_metadata<K>(
-    api: Api<PartialObjectMeta<K>>,
+/// Fills `writer` from a watch of `api`'s objects (whole, or their metadata with an
+/// `Api<PartialObjectMeta<_>>`), and tells `changes` (if any) of every object created, changed
+/// or deleted.
+fn reflect<K>(
+    api: Api<K>,
     config: watcher::Config,
-    writer: Writer<PartialObjectMeta<K>>,
-    changes: Option<broadcast::Sender<Arc<PartialObjectMeta<K>>>>,
+    writer: Writer<K>,
+    changes: Option<broadcast::Sender<Arc<K>>>,
 ) -> BoxFuture<'static, ()>
 where
     K: Resource<DynamicType = ()>

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use super::rotate::Expiry;
 use super::{Reconcile, binding_id, secret};
 use crate::broker::Error;
+use crate::identity;
 use crate::instance::resolve::Resolved;
 use crate::instance::{instance_id, osb_context};
 use crate::platform::may_have_created;
@@ -25,7 +26,6 @@ use crate::resources::{
     ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,
     ServiceInstance, UnbindStatus,
 };
-use crate::{identity, parameters};
 
 impl Reconcile<'_> {
     /// Binds: waits while a Secret of that name is not this binding's, builds the parameters,
@@ -63,14 +63,7 @@ impl Reconcile<'_> {
             // The last bind failed: the next waits its turn.
             return Ok(Action::requeue(wait));
         }
-        let params = match parameters::build(
-            &self.ctx.client,
-            &self.namespace,
-            self.binding.spec.parameters.as_ref(),
-            &self.binding.spec.parameters_from,
-        )
-        .await?
-        {
+        let params = match self.parameters().await? {
             Ok(params) => params,
             Err(invalid) if invalid.waits() => {
                 return self.wait("ErrorWithParameters", invalid.to_string()).await;

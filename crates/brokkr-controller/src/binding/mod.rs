@@ -139,6 +139,20 @@ struct Reconcile<'a> {
 }
 
 impl<'a> Reconcile<'a> {
+    /// The binding's parameters: `spec.parameters` merged with its `parametersFrom` Secrets.
+    async fn parameters(
+        &self,
+    ) -> Result<Result<crate::parameters::Parameters, crate::parameters::Invalid>, kube::Error>
+    {
+        crate::parameters::build(
+            &self.ctx.client,
+            &self.namespace,
+            self.binding.spec.parameters.as_ref(),
+            &self.binding.spec.parameters_from,
+        )
+        .await
+    }
+
     /// The ServiceInstance `name` of the binding's namespace: from the instance controller's
     /// cache, else (not seen there yet) from the API server.
     async fn instance_named(&self, name: &str) -> Result<Option<ServiceInstance>, kube::Error> {

@@ -41,7 +41,7 @@ use crate::resources::{
     ConditionStatus, CurrentBinding, LocalObjectReference, RotatingBinding,
     ServiceBindingOperation, ServiceInstance,
 };
-use crate::{identity, parameters, platform};
+use crate::{identity, platform};
 
 /// The annotation whose every new value asks for a rotation.
 pub const ROTATE_ANNOTATION: &str = "services.brokkr.dev/rotate";
@@ -330,14 +330,7 @@ impl Reconcile<'_> {
         resolved: &Resolved,
         id: &str,
     ) -> Result<Action, Error> {
-        let params = match parameters::build(
-            &self.ctx.client,
-            &self.namespace,
-            self.binding.spec.parameters.as_ref(),
-            &self.binding.spec.parameters_from,
-        )
-        .await?
-        {
+        let params = match self.parameters().await? {
             Ok(params) => params,
             Err(invalid) => {
                 let message = format!("the parameters cannot be built: {invalid}");
