@@ -57,14 +57,6 @@ impl Scope {
         }
     }
 
-    /// Whether the scope holds `namespace`.
-    pub fn holds(&self, namespace: &str) -> bool {
-        match self {
-            Self::Cluster { except } => !except.iter().any(|ns| ns == namespace),
-            Self::Namespace(ns) => ns == namespace,
-        }
-    }
-
     /// Whether this run reconciles the cluster-scoped brokers.
     pub fn reconciles_cluster_brokers(&self) -> bool {
         matches!(self, Self::Cluster { .. })
@@ -84,14 +76,14 @@ mod tests {
             scope.watch_config().field_selector.as_deref(),
             Some("metadata.namespace!=team-a,metadata.namespace!=team-b")
         );
-        assert!(scope.holds("default") && !scope.holds("team-b"));
         assert_eq!(Scope::default().watch_config().field_selector, None);
     }
 
     #[test]
-    fn a_namespace_scope_holds_its_namespace_alone() {
+    fn a_namespace_scope_leaves_the_cluster_brokers_alone() {
         let scope = Scope::Namespace("team-a".into());
-        assert!(scope.holds("team-a") && !scope.holds("default"));
+        assert_eq!(scope.watch_config().field_selector, None);
         assert!(!scope.reconciles_cluster_brokers());
+        assert!(Scope::default().reconciles_cluster_brokers());
     }
 }
