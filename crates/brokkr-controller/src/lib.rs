@@ -48,7 +48,7 @@ pub mod workloads;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::{FutureExt as _, StreamExt as _};
+use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
 use kube::{Api, Client, Resource};
@@ -92,7 +92,7 @@ pub struct Context {
     /// The workload kinds watched for the usage and servicebinding.io controllers.
     pub workloads: workloads::Workloads,
     /// The versions of instances and bindings this process wrote last.
-    pub written: Written,
+    pub written: Arc<Written>,
     /// Every ServiceBinding of the scope, as the binding controller's watch sees them (set by
     /// [`run`]): an instance being deleted reads the bindings that still name it here.
     pub bindings: std::sync::OnceLock<kube::runtime::reflector::Store<ServiceBinding>>,
@@ -115,7 +115,7 @@ impl Context {
             concurrency: DEFAULT_CONCURRENCY,
             caches: cache::Caches::default(),
             workloads: workloads::Workloads::default(),
-            written: Written::default(),
+            written: Arc::default(),
             bindings: std::sync::OnceLock::new(),
         }
     }
@@ -133,10 +133,12 @@ impl Context {
             + 'static,
     {
         let (reader, writer) = reflector::store();
+        let written = self.written.clone();
         let objects = watcher(api, config)
             .default_backoff()
             .modify(|o: &mut K| o.meta_mut().managed_fields = None)
             .reflect(writer)
+            .inspect_ok(move |event| written.watched(event))
             .applied_objects();
         Controller::for_stream(objects, reader)
             .with_config(controller::Config::default().concurrency(self.concurrency))

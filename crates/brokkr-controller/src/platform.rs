@@ -211,7 +211,7 @@ mod tests {
         // Written by someone else: the cached object looks current, and is read again only
         // when this process wrote since.
         assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
-        record.record(&written);
+        record.record(&cached, &written);
         assert!(status_is_stale(&api, &cached, &record).await.unwrap());
         assert!(!status_is_stale(&api, &written, &record).await.unwrap());
         let requests = fake.requests().len();

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt as _};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -43,63 +44,117 @@ where
             &Patch::Merge(json!({ "status": value })),
         )
         .await?;
-    written.record(&patched);
+    written.record(object, &patched);
     Ok(())
 }
 
-/// The `resourceVersion`s this process wrote last of each object (by uid): what tells a cached
-/// object from before one of its own writes without asking the API server
+/// What this process wrote of each object (by uid), and what of it the watch delivered since:
+/// what tells a cached object from before one of its own writes without asking the API server
 /// ([`crate::platform::status_is_stale`]). Only writes of this process matter: a controller
 /// that starts lists everything after its predecessor's last write.
+///
+/// A watch delivers an object's versions in the order they were written. So a version it
+/// delivers before this process's last write is older than that write, and once the write
+/// itself is delivered the cache holds it or something newer: every version seen from then on
+/// is current, whoever wrote it (a namespace deletion's `deletionTimestamp`, say), with no GET.
 #[derive(Debug, Default)]
-pub struct Written(Mutex<HashMap<String, Versions>>);
+pub struct Written(Mutex<Table>);
 
-/// The versions of one object this process wrote, newest last.
+#[derive(Debug, Default)]
+struct Table {
+    objects: HashMap<String, Versions>,
+    swept: Option<Instant>,
+}
+
+/// What is known of one object's versions.
 #[derive(Debug, Default)]
 struct Versions {
-    versions: VecDeque<String>,
+    /// The version of this process's last write.
+    last: String,
+    /// Versions older than `last` the cache may still hand out: earlier writes, the versions
+    /// they were written over, and versions the watch delivered before `last`. Newest last.
+    older: VecDeque<String>,
+    /// When the watch delivered `last`.
+    delivered: Option<Instant>,
     /// When the object went with one of these writes (its last finalizer removed): every
     /// version of it the cache still holds is stale, until the entry is forgotten.
     gone: Option<Instant>,
 }
 
-/// How many of an object's own writes are remembered.
+/// How many older versions of an object are remembered.
 const REMEMBERED: usize = 8;
-/// How long an object that went is remembered (its deletion reaches the cache long before).
-const GONE_FOR: Duration = Duration::from_secs(60);
+/// How long an object that went is remembered, if its deletion is not seen first.
+const GONE_FOR: Duration = Duration::from_secs(300);
+/// How long an object is remembered after its last write was delivered: longer than any
+/// reconcile holds an object it took from the cache.
+const DELIVERED_FOR: Duration = Duration::from_secs(300);
+/// How often forgotten entries are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 /// What [`Written`] knows of a version of an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Freshness {
-    /// The version this process wrote last, or nothing of it was written.
+    /// The version this process wrote last, one the watch delivered after it, or nothing of
+    /// the object was written.
     Current,
-    /// A version this process wrote and has written over since (or the object went): the cache
-    /// is behind.
+    /// Older than this process's last write (or the object went): the cache is behind.
     Stale,
-    /// A version this process did not write (someone else changed it since, or before).
+    /// A version this process did not write and cannot place (someone else changed it while
+    /// this process's last write was on its way).
     Unknown,
 }
 
 impl Written {
-    /// Records `object` as written (its uid and resourceVersion).
-    pub fn record<K: Resource>(&self, object: &K) {
-        let meta = object.meta();
+    /// Records `written`, the object as this process's write left it, written over `before`
+    /// (the version the write was made from).
+    pub fn record<K: Resource>(&self, before: &K, written: &K) {
+        let meta = written.meta();
         let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
             return;
         };
-        let mut written = self.0.lock().expect("lock");
-        let now = Instant::now();
+        let mut table = self.0.lock().expect("lock");
+        table.sweep();
+        let entry = table.objects.entry(uid.clone()).or_default();
         if meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty) {
-            // Gone with this write. Objects gone long ago are forgotten now.
-            written.retain(|_, v| v.gone.is_none_or(|at| now.duration_since(at) < GONE_FOR));
-            written.entry(uid.clone()).or_default().gone = Some(now);
+            entry.gone = Some(Instant::now());
             return;
         }
-        let entry = written.entry(uid.clone()).or_default();
-        if entry.versions.len() == REMEMBERED {
-            entry.versions.pop_front();
+        let previous = std::mem::replace(&mut entry.last, version.clone());
+        for older in [Some(previous), before.meta().resource_version.clone()] {
+            entry.push_older(older);
         }
-        entry.versions.push_back(version.clone());
+        entry.delivered = None;
+    }
+
+    /// Takes note of what a controller's watch delivered, after its cache stored it.
+    pub fn watched<K: Resource>(&self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(object) => {
+                let meta = object.meta();
+                let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+                    return;
+                };
+                let mut table = self.0.lock().expect("lock");
+                let Some(entry) = table.objects.get_mut(uid) else {
+                    return;
+                };
+                if entry.gone.is_some() || entry.delivered.is_some() {
+                    return;
+                }
+                if *version == entry.last {
+                    entry.delivered = Some(Instant::now());
+                } else {
+                    entry.push_older(Some(version.clone()));
+                }
+            }
+            watcher::Event::Delete(object) => {
+                if let Some(uid) = &object.meta().uid {
+                    self.0.lock().expect("lock").objects.remove(uid);
+                }
+            }
+            // A relist replaces the cache at its end and places no version: left as is.
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {}
+        }
     }
 
     /// What is known of `object`'s version.
@@ -108,13 +163,45 @@ impl Written {
         let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
             return Freshness::Unknown;
         };
-        match self.0.lock().expect("lock").get(uid) {
+        match self.0.lock().expect("lock").objects.get(uid) {
             None => Freshness::Current,
             Some(entry) if entry.gone.is_some() => Freshness::Stale,
-            Some(entry) if entry.versions.back() == Some(version) => Freshness::Current,
-            Some(entry) if entry.versions.contains(version) => Freshness::Stale,
+            Some(entry) if entry.last == *version => Freshness::Current,
+            Some(entry) if entry.older.contains(version) => Freshness::Stale,
+            Some(entry) if entry.delivered.is_some() => Freshness::Current,
             Some(_) => Freshness::Unknown,
         }
+    }
+}
+
+impl Table {
+    /// Forgets, at most every [`SWEEP_EVERY`], objects gone or delivered long ago.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < SWEEP_EVERY)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        let recent =
+            |at: Option<Instant>, keep: Duration| at.is_none_or(|at| now.duration_since(at) < keep);
+        self.objects
+            .retain(|_, v| recent(v.gone, GONE_FOR) && recent(v.delivered, DELIVERED_FOR));
+    }
+}
+
+impl Versions {
+    fn push_older(&mut self, version: Option<String>) {
+        let Some(version) = version else { return };
+        if version.is_empty() || version == self.last || self.older.contains(&version) {
+            return;
+        }
+        if self.older.len() == REMEMBERED {
+            self.older.pop_front();
+        }
+        self.older.push_back(version);
     }
 }
 
@@ -142,20 +229,48 @@ mod tests {
     fn a_version_written_over_is_stale_and_one_written_by_others_unknown() {
         let written = Written::default();
         assert_eq!(written.freshness(&version("1", false)), Freshness::Current);
-        written.record(&version("2", false));
-        written.record(&version("3", false));
+        written.record(&version("1", false), &version("2", false));
+        written.record(&version("2", false), &version("3", false));
         assert_eq!(written.freshness(&version("3", false)), Freshness::Current);
         assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
-        assert_eq!(written.freshness(&version("1", false)), Freshness::Unknown);
+        assert_eq!(
+            written.freshness(&version("1", false)),
+            Freshness::Stale,
+            "the version the first write was made from"
+        );
+        assert_eq!(written.freshness(&version("0", false)), Freshness::Unknown);
         assert_eq!(written.freshness(&version("4", false)), Freshness::Unknown);
     }
 
     #[test]
-    fn every_version_of_an_object_that_went_is_stale() {
+    fn versions_the_watch_delivers_before_the_last_write_are_stale_and_after_it_current() {
         let written = Written::default();
-        written.record(&version("2", false));
-        written.record(&version("3", true));
+        written.record(&version("1", false), &version("3", false));
+        // Someone else's change, written before this process's: the watch brings it first.
+        written.watched(&watcher::Event::Apply(version("2", false)));
+        assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
+        assert_eq!(written.freshness(&version("5", false)), Freshness::Unknown);
+        written.watched(&watcher::Event::Apply(version("3", false)));
+        // Someone else's change after this process's write (a deletionTimestamp, say).
+        written.watched(&watcher::Event::Apply(version("5", false)));
+        assert_eq!(written.freshness(&version("5", false)), Freshness::Current);
+        assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
+        // A relist places nothing.
+        written.record(&version("5", false), &version("6", false));
+        written.watched(&watcher::Event::InitApply(version("7", false)));
+        assert_eq!(written.freshness(&version("7", false)), Freshness::Unknown);
+    }
+
+    #[test]
+    fn every_version_of_an_object_that_went_is_stale_until_its_deletion_is_seen() {
+        let written = Written::default();
+        written.record(&version("1", false), &version("2", false));
+        written.record(&version("2", false), &version("3", true));
         assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
         assert_eq!(written.freshness(&version("1", false)), Freshness::Stale);
+        written.watched(&watcher::Event::Apply(version("3", true)));
+        assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
+        written.watched(&watcher::Event::Delete(version("3", true)));
+        assert_eq!(written.freshness(&version("2", false)), Freshness::Current);
     }
 }

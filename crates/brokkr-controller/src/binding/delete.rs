@@ -63,7 +63,7 @@ impl Reconcile<'_> {
             };
             self.event(EventType::Warning, "Abandoned", &left, "Unbind")
                 .await;
-            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
+            self.release().await?;
             return Ok(Action::await_change());
         }
         let needs_unbind = matches!(
@@ -72,7 +72,7 @@ impl Reconcile<'_> {
         ) || self.status.async_op_in_progress
             || !others.is_empty();
         if !needs_unbind {
-            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
+            self.release().await?;
             return Ok(Action::await_change());
         }
         let name = identity::bound_instance_name(self.binding).to_owned();
@@ -114,6 +114,14 @@ impl Reconcile<'_> {
             return Ok(Action::requeue(platform::STALE_RETRY));
         }
         self.unbind(&instance, &resolved).await
+    }
+
+    /// Removes the finalizer: the binding goes. Its cached versions are stale from now on.
+    async fn release(&self) -> Result<(), kube::Error> {
+        if let Some(gone) = finalizer::remove(&self.bindings, self.binding, FINALIZER).await? {
+            self.ctx.written.record(self.binding, &gone);
+        }
+        Ok(())
     }
 
     /// Calls unbind: for a deletion, or to clean up after a bind that went wrong.
@@ -175,7 +183,7 @@ impl Reconcile<'_> {
         self.status.unbind_status = Some(UnbindStatus::Succeeded);
         if self.binding.metadata.deletion_timestamp.is_some() {
             self.write_status().await?;
-            finalizer::remove(&self.bindings, self.binding, FINALIZER).await?;
+            self.release().await?;
             return Ok(Action::await_change());
         }
         self.status.orphan_mitigation_in_progress = false;

@@ -288,7 +288,7 @@ impl<'a> Reconcile<'a> {
             return self.fail("ErrorNonbindableServiceClass", message).await;
         }
         if let Some(written) = finalizer::add(&self.bindings, self.binding, FINALIZER).await? {
-            self.ctx.written.record(&written);
+            self.ctx.written.record(self.binding, &written);
         }
         self.bind(&instance, &resolved).await
     }

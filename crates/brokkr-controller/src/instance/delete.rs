@@ -142,7 +142,9 @@ pub(super) async fn bindings_in_the_way(
     let api = Api::<ServiceBinding>::namespaced(ctx.client.clone(), &ns);
     let name = instance.name_any();
     // The binding controller's cache says which bindings are in the way; only when it says
-    // none is the API server asked, so that a binding just created is not missed.
+    // none is the API server asked, so that a binding just created is not missed. In a
+    // namespace being deleted nothing can be created and every binding is being deleted: the
+    // cache's answer stands (a binding it has not seen yet was never bound).
     let cached: Vec<ServiceBinding> = ctx.bindings.get().map_or_else(Vec::new, |store| {
         store
             .state()
@@ -152,7 +154,7 @@ pub(super) async fn bindings_in_the_way(
             .map(|b| b.as_ref().clone())
             .collect()
     });
-    let bindings = if cached.is_empty() {
+    let bindings = if cached.is_empty() && !ctx.caches.terminating(&ns) {
         crate::binding::bindings_of(&ctx.client, &ns, &name).await?
     } else {
         cached

@@ -599,14 +599,14 @@ fn api(instance: &ServiceInstance, ctx: &Context) -> Api<ServiceInstance> {
 
 async fn add_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
     if let Some(written) = finalizer::add(&api(instance, ctx), instance, FINALIZER).await? {
-        ctx.written.record(&written);
+        ctx.written.record(instance, &written);
     }
     Ok(())
 }
 
 async fn remove_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
     if let Some(written) = finalizer::remove(&api(instance, ctx), instance, FINALIZER).await? {
-        ctx.written.record(&written);
+        ctx.written.record(instance, &written);
     }
     Ok(())
 }
