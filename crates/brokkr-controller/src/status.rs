@@ -67,15 +67,22 @@ struct Table {
 }
 
 /// What is known of one object's versions.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Versions {
     /// The version of this process's last write.
     last: String,
-    /// Versions older than `last` the cache may still hand out: earlier writes, the versions
-    /// they were written over, and versions the watch delivered before `last`. Newest last.
+    /// When it was written.
+    written_at: Instant,
+    /// Versions older than `last`: earlier writes and the versions they were written over.
+    /// Newest last.
     older: VecDeque<String>,
+    /// Versions the watch delivered while `last` was on its way: older than `last`, as long as
+    /// the watch goes on to deliver it (see [`AWAITED_FOR`]).
+    delivered_before: VecDeque<String>,
     /// When the watch delivered `last`.
     delivered: Option<Instant>,
+    /// The version the watch delivered last.
+    seen: String,
     /// When the object went with one of these writes (its last finalizer removed): every
     /// version of it the cache still holds is stale, until the entry is forgotten.
     gone: Option<Instant>,
@@ -88,6 +95,10 @@ const GONE_FOR: Duration = Duration::from_secs(300);
 /// How long an object is remembered after its last write was delivered: longer than any
 /// reconcile holds an object it took from the cache.
 const DELIVERED_FOR: Duration = Duration::from_secs(300);
+/// How long a version the watch delivered before this process's last write counts as stale
+/// while that write has not come: a watch that restarted may list past it and never deliver it,
+/// and then such versions are read again from the API server rather than waited on.
+const AWAITED_FOR: Duration = Duration::from_secs(30);
 /// How often forgotten entries are swept.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
@@ -114,16 +125,32 @@ impl Written {
         };
         let mut table = self.0.lock().expect("lock");
         table.sweep();
-        let entry = table.objects.entry(uid.clone()).or_default();
-        if meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty) {
-            entry.gone = Some(Instant::now());
+        let now = Instant::now();
+        let gone = meta.deletion_timestamp.is_some()
+            && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
+        let Some(entry) = table.objects.get_mut(uid) else {
+            let mut entry = Versions::new(version.clone(), now);
+            entry.push_older(before.meta().resource_version.clone());
+            entry.gone = gone.then_some(now);
+            table.objects.insert(uid.clone(), entry);
+            return;
+        };
+        if gone {
+            entry.gone = Some(now);
+            return;
+        }
+        if entry.last == *version || before.meta().resource_version.as_ref() == Some(version) {
+            // The server changed nothing (and sends no event): what was delivered still is.
             return;
         }
         let previous = std::mem::replace(&mut entry.last, version.clone());
         for older in [Some(previous), before.meta().resource_version.clone()] {
             entry.push_older(older);
         }
-        entry.delivered = None;
+        entry.written_at = now;
+        entry.delivered_before.clear();
+        // A write the server made nothing of answers the version the watch may have brought.
+        entry.delivered = (entry.seen == *version).then_some(now);
     }
 
     /// Takes note of what a controller's watch delivered, after its cache stored it.
@@ -138,13 +165,19 @@ impl Written {
                 let Some(entry) = table.objects.get_mut(uid) else {
                     return;
                 };
+                entry.seen.clone_from(version);
                 if entry.gone.is_some() || entry.delivered.is_some() {
                     return;
                 }
                 if *version == entry.last {
                     entry.delivered = Some(Instant::now());
-                } else {
-                    entry.push_older(Some(version.clone()));
+                } else if !entry.older.contains(version)
+                    && !entry.delivered_before.contains(version)
+                {
+                    if entry.delivered_before.len() == REMEMBERED {
+                        entry.delivered_before.pop_front();
+                    }
+                    entry.delivered_before.push_back(version.clone());
                 }
             }
             watcher::Event::Delete(object) => {
@@ -152,8 +185,19 @@ impl Written {
                     self.0.lock().expect("lock").objects.remove(uid);
                 }
             }
-            // A relist replaces the cache at its end and places no version: left as is.
-            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {}
+            // A relist replaces the cache at its end; it places no version but the last write.
+            watcher::Event::InitApply(object) => {
+                let meta = object.meta();
+                let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+                    return;
+                };
+                if let Some(entry) = self.0.lock().expect("lock").objects.get_mut(uid)
+                    && entry.last == *version
+                {
+                    entry.delivered.get_or_insert_with(Instant::now);
+                }
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
         }
     }
 
@@ -168,6 +212,14 @@ impl Written {
             Some(entry) if entry.gone.is_some() => Freshness::Stale,
             Some(entry) if entry.last == *version => Freshness::Current,
             Some(entry) if entry.older.contains(version) => Freshness::Stale,
+            // Delivered before the last write: surely older once that came, and taken to be
+            // while it is expected.
+            Some(entry)
+                if entry.delivered_before.contains(version)
+                    && (entry.delivered.is_some() || entry.written_at.elapsed() < AWAITED_FOR) =>
+            {
+                Freshness::Stale
+            }
             Some(entry) if entry.delivered.is_some() => Freshness::Current,
             Some(_) => Freshness::Unknown,
         }
@@ -193,6 +245,18 @@ impl Table {
 }
 
 impl Versions {
+    fn new(last: String, now: Instant) -> Self {
+        Self {
+            last,
+            written_at: now,
+            older: VecDeque::new(),
+            delivered_before: VecDeque::new(),
+            delivered: None,
+            seen: String::new(),
+            gone: None,
+        }
+    }
+
     fn push_older(&mut self, version: Option<String>) {
         let Some(version) = version else { return };
         if version.is_empty() || version == self.last || self.older.contains(&version) {
@@ -255,10 +319,18 @@ mod tests {
         written.watched(&watcher::Event::Apply(version("5", false)));
         assert_eq!(written.freshness(&version("5", false)), Freshness::Current);
         assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
-        // A relist places nothing.
+        // A write the server made nothing of (the same version, no event) changes nothing.
+        written.record(&version("5", false), &version("5", false));
+        assert_eq!(written.freshness(&version("8", false)), Freshness::Current);
+        written.watched(&watcher::Event::Apply(version("8", false)));
+        written.record(&version("5", false), &version("8", false));
+        assert_eq!(written.freshness(&version("9", false)), Freshness::Current);
+        // A relist places nothing but the last write.
         written.record(&version("5", false), &version("6", false));
         written.watched(&watcher::Event::InitApply(version("7", false)));
         assert_eq!(written.freshness(&version("7", false)), Freshness::Unknown);
+        written.watched(&watcher::Event::InitApply(version("6", false)));
+        assert_eq!(written.freshness(&version("7", false)), Freshness::Current);
     }
 
     #[test]
