@@ -126,8 +126,8 @@ impl Written {
         let mut table = self.0.lock().expect("lock");
         table.sweep();
         let now = Instant::now();
-        let gone = meta.deletion_timestamp.is_some()
-            && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
+        let gone =
+            meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
         let Some(entry) = table.objects.get_mut(uid) else {
             let mut entry = Versions::new(version.clone(), now);
             entry.push_older(before.meta().resource_version.clone());
