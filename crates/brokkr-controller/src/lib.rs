@@ -93,6 +93,10 @@ pub struct Context {
     pub workloads: workloads::Workloads,
     /// The versions of instances and bindings this process wrote last.
     pub written: Arc<Written>,
+    /// Instances' statuses whose write waits ([`status::HOLD_START_FOR`]).
+    pub held_instances: status::Held<resources::ServiceInstanceStatus>,
+    /// Bindings' statuses whose write waits.
+    pub held_bindings: status::Held<resources::ServiceBindingStatus>,
     /// Every ServiceBinding of the scope, as the binding controller's watch sees them (set by
     /// [`run`]): an instance being deleted reads the bindings that still name it here.
     pub bindings: std::sync::OnceLock<kube::runtime::reflector::Store<ServiceBinding>>,
@@ -116,6 +120,8 @@ impl Context {
             caches: cache::Caches::default(),
             workloads: workloads::Workloads::default(),
             written: Arc::default(),
+            held_instances: status::Held::default(),
+            held_bindings: status::Held::default(),
             bindings: std::sync::OnceLock::new(),
         }
     }

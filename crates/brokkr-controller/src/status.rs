@@ -79,8 +79,8 @@ struct Versions {
     /// Versions the watch delivered while `last` was on its way: older than `last`, as long as
     /// the watch goes on to deliver it (see [`AWAITED_FOR`]).
     delivered_before: VecDeque<String>,
-    /// When the watch delivered `last`.
-    delivered: Option<Instant>,
+    /// Whether the watch delivered `last`.
+    delivered: bool,
     /// The version the watch delivered last.
     seen: String,
     /// When the object went with one of these writes (its last finalizer removed): every
@@ -90,11 +90,10 @@ struct Versions {
 
 /// How many older versions of an object are remembered.
 const REMEMBERED: usize = 8;
-/// How long an object that went is remembered, if its deletion is not seen first.
-const GONE_FOR: Duration = Duration::from_secs(300);
-/// How long an object is remembered after its last write was delivered: longer than any
-/// reconcile holds an object it took from the cache.
-const DELIVERED_FOR: Duration = Duration::from_secs(300);
+/// How long an object is remembered after this process's last write of it (or after it went,
+/// if its deletion is not seen first): longer than any reconcile holds an object it took from
+/// the cache, and than any cache lags.
+const KEPT_FOR: Duration = Duration::from_secs(300);
 /// How long a version the watch delivered before this process's last write counts as stale
 /// while that write has not come: a watch that restarted may list past it and never deliver it,
 /// and then such versions are read again from the API server rather than waited on.
@@ -128,7 +127,12 @@ impl Written {
         let now = Instant::now();
         let gone =
             meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
+        let unchanged = before.meta().resource_version.as_ref() == Some(version);
         let Some(entry) = table.objects.get_mut(uid) else {
+            if unchanged && !gone {
+                // The server changed nothing (and sends no event).
+                return;
+            }
             let mut entry = Versions::new(version.clone(), now);
             entry.push_older(before.meta().resource_version.clone());
             entry.gone = gone.then_some(now);
@@ -139,7 +143,7 @@ impl Written {
             entry.gone = Some(now);
             return;
         }
-        if entry.last == *version || before.meta().resource_version.as_ref() == Some(version) {
+        if entry.last == *version || unchanged {
             // The server changed nothing (and sends no event): what was delivered still is.
             return;
         }
@@ -150,7 +154,7 @@ impl Written {
         entry.written_at = now;
         entry.delivered_before.clear();
         // A write the server made nothing of answers the version the watch may have brought.
-        entry.delivered = (entry.seen == *version).then_some(now);
+        entry.delivered = entry.seen == *version;
     }
 
     /// Takes note of what a controller's watch delivered, after its cache stored it.
@@ -166,11 +170,11 @@ impl Written {
                     return;
                 };
                 entry.seen.clone_from(version);
-                if entry.gone.is_some() || entry.delivered.is_some() {
+                if entry.gone.is_some() || entry.delivered {
                     return;
                 }
                 if *version == entry.last {
-                    entry.delivered = Some(Instant::now());
+                    entry.delivered = true;
                 } else if !entry.older.contains(version)
                     && !entry.delivered_before.contains(version)
                 {
@@ -194,11 +198,25 @@ impl Written {
                 if let Some(entry) = self.0.lock().expect("lock").objects.get_mut(uid)
                     && entry.last == *version
                 {
-                    entry.delivered.get_or_insert_with(Instant::now);
+                    entry.delivered = true;
                 }
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
+    }
+
+    /// Whether `object` is the version of this process's last write of it.
+    pub fn is_last<K: Resource>(&self, object: &K) -> bool {
+        let meta = object.meta();
+        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+            return false;
+        };
+        self.0
+            .lock()
+            .expect("lock")
+            .objects
+            .get(uid)
+            .is_some_and(|entry| entry.gone.is_none() && entry.last == *version)
     }
 
     /// What is known of `object`'s version.
@@ -216,18 +234,18 @@ impl Written {
             // while it is expected.
             Some(entry)
                 if entry.delivered_before.contains(version)
-                    && (entry.delivered.is_some() || entry.written_at.elapsed() < AWAITED_FOR) =>
+                    && (entry.delivered || entry.written_at.elapsed() < AWAITED_FOR) =>
             {
                 Freshness::Stale
             }
-            Some(entry) if entry.delivered.is_some() => Freshness::Current,
+            Some(entry) if entry.delivered => Freshness::Current,
             Some(_) => Freshness::Unknown,
         }
     }
 }
 
 impl Table {
-    /// Forgets, at most every [`SWEEP_EVERY`], objects gone or delivered long ago.
+    /// Forgets, at most every [`SWEEP_EVERY`], objects written or gone long ago.
     fn sweep(&mut self) {
         let now = Instant::now();
         if self
@@ -237,10 +255,8 @@ impl Table {
             return;
         }
         self.swept = Some(now);
-        let recent =
-            |at: Option<Instant>, keep: Duration| at.is_none_or(|at| now.duration_since(at) < keep);
         self.objects
-            .retain(|_, v| recent(v.gone, GONE_FOR) && recent(v.delivered, DELIVERED_FOR));
+            .retain(|_, v| now.duration_since(v.gone.unwrap_or(v.written_at)) < KEPT_FOR);
     }
 }
 
@@ -251,7 +267,7 @@ impl Versions {
             written_at: now,
             older: VecDeque::new(),
             delivered_before: VecDeque::new(),
-            delivered: None,
+            delivered: false,
             seen: String::new(),
             gone: None,
         }
@@ -266,6 +282,82 @@ impl Versions {
             self.older.pop_front();
         }
         self.older.push_back(version);
+    }
+}
+
+/// How long an operation's start may stay unwritten: one that ends sooner costs no status
+/// write of its start, only of its end.
+pub const HOLD_START_FOR: Duration = Duration::from_secs(5);
+/// How long a held status is worth taking back.
+const HELD_FOR: Duration = Duration::from_secs(60);
+
+/// Statuses computed but not written yet: the start of an operation the broker accepted, while
+/// it is young ([`HOLD_START_FOR`]). Each is held with the version of the object it was computed
+/// from, and the next reconcile takes it back. A process that dies loses them, and
+/// nothing else: the recorded ids and `deprovisionStatus` are written before the broker is
+/// called, and the broker answers the identical request made again with the same operation.
+#[derive(Debug)]
+pub struct Held<S>(Mutex<HashMap<String, Hold<S>>>);
+
+#[derive(Debug)]
+struct Hold<S> {
+    version: String,
+    status: S,
+    at: Instant,
+}
+
+/// A held status taken back.
+#[derive(Debug, PartialEq)]
+pub enum Taken<S> {
+    /// The object is as it was: the status goes on from the held one.
+    Unchanged(S),
+    /// Someone changed the object (not its status) since: the held status is to be written now.
+    Changed(S),
+}
+
+impl<S> Default for Held<S> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<S: Clone + PartialEq> Held<S> {
+    /// Holds `status` for `object`.
+    pub fn hold<K: Resource>(&self, object: &K, status: S) {
+        let meta = object.meta();
+        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+            return;
+        };
+        let mut held = self.0.lock().expect("lock");
+        let now = Instant::now();
+        held.retain(|_, h| now.duration_since(h.at) < HELD_FOR);
+        held.insert(
+            uid.clone(),
+            Hold {
+                version: version.clone(),
+                status,
+                at: now,
+            },
+        );
+    }
+
+    /// Takes back what is held for `object` (nothing when it was held too long); `written`
+    /// knows whether `object` is this process's own last write of it (made in the reconcile
+    /// that held the status, e.g. the ids recorded before the broker call).
+    pub fn take<K: Resource>(&self, object: &K, written: &Written) -> Option<Taken<S>> {
+        let uid = object.meta().uid.as_ref()?;
+        let hold = self.0.lock().expect("lock").remove(uid)?;
+        if hold.at.elapsed() >= HELD_FOR {
+            return None;
+        }
+        let version = object.meta().resource_version.as_ref();
+        Some(
+            if version == Some(&hold.version) || written.is_last(object) {
+                Taken::Unchanged(hold.status)
+            } else {
+                Taken::Changed(hold.status)
+            },
+        )
     }
 }
 
@@ -331,6 +423,43 @@ mod tests {
         assert_eq!(written.freshness(&version("7", false)), Freshness::Unknown);
         written.watched(&watcher::Event::InitApply(version("6", false)));
         assert_eq!(written.freshness(&version("7", false)), Freshness::Current);
+    }
+
+    #[test]
+    fn a_held_status_is_taken_back_once_and_written_first_if_someone_changed_the_object() {
+        let held = Held::<String>::default();
+        let written = Written::default();
+        held.hold(&version("1", false), "started".into());
+        assert_eq!(
+            held.take(&version("1", false), &written),
+            Some(Taken::Unchanged("started".into()))
+        );
+        assert_eq!(
+            held.take(&version("1", false), &written),
+            None,
+            "taken once"
+        );
+        // Held over the version before this process's own write: that write is no change.
+        held.hold(&version("1", false), "started".into());
+        written.record(&version("1", false), &version("2", false));
+        assert_eq!(
+            held.take(&version("2", false), &written),
+            Some(Taken::Unchanged("started".into()))
+        );
+        held.hold(&version("2", false), "started".into());
+        assert_eq!(
+            held.take(&version("3", false), &written),
+            Some(Taken::Changed("started".into())),
+            "someone else changed the object"
+        );
+    }
+
+    #[test]
+    fn a_write_the_server_made_nothing_of_records_nothing() {
+        let written = Written::default();
+        written.record(&version("4", false), &version("4", false));
+        written.watched(&watcher::Event::Apply(version("5", false)));
+        assert_eq!(written.freshness(&version("5", false)), Freshness::Current);
     }
 
     #[test]

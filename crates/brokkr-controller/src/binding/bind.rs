@@ -71,7 +71,16 @@ impl Reconcile<'_> {
             Err(invalid) => return self.fail("ErrorWithParameters", invalid.to_string()).await,
         };
         if identity::record_binding(self.binding, &mut self.status, instance) {
-            // The first call: the ids it is made with are recorded before it is made.
+            // The first call: the ids it is made with are recorded before it is made, and from
+            // then on the broker may hold the binding: its deletion unbinds it, whatever becomes
+            // of the status this process has not written yet.
+            self.status.unbind_status = Some(UnbindStatus::Required);
+            self.set(
+                "Ready",
+                ConditionStatus::False,
+                "Binding",
+                "The binding is being created",
+            );
             self.write_status().await?;
         }
         let request = BindRequest {

@@ -205,6 +205,16 @@ impl<'a> Reconcile<'a> {
             // The cache is behind this controller's own last write: its watch event comes soon.
             return Ok(Action::requeue(platform::STALE_RETRY));
         }
+        match self.ctx.held_bindings.take(self.binding, &self.ctx.written) {
+            Some(status::Taken::Unchanged(held)) => self.status = held,
+            Some(status::Taken::Changed(held)) => {
+                // Someone changed the binding (a deletion, say) while an operation's start was
+                // held: written first, as it would have been.
+                self.status = held;
+                self.write_status().await?;
+            }
+            None => {}
+        }
         if self.binding.metadata.deletion_timestamp.is_some() {
             return self.delete().await;
         }

@@ -14,6 +14,7 @@ use crate::instance::instance_id;
 use crate::instance::resolve::Resolved;
 use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
+use crate::status::HOLD_START_FOR;
 
 impl Reconcile<'_> {
     /// Polls the bind or unbind in progress.
@@ -68,7 +69,19 @@ impl Reconcile<'_> {
                     &format!("{verb}ing"),
                     description,
                 );
-                self.write_status().await?;
+                let written = self
+                    .binding
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.async_op_in_progress);
+                if !written && elapsed < HOLD_START_FOR {
+                    // Young: its start is written only if it lasts (most end before).
+                    self.ctx
+                        .held_bindings
+                        .hold(self.binding, self.status.clone());
+                } else {
+                    self.write_status().await?;
+                }
                 Ok(Action::requeue(
                     retry_after.unwrap_or_else(|| backoff(elapsed)),
                 ))

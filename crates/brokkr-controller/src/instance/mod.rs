@@ -51,7 +51,7 @@ use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
     ServiceInstanceStatus,
 };
-use crate::status::Freshness;
+use crate::status::{Freshness, Taken};
 use crate::{conditions, finalizer, identity, platform};
 pub(crate) use identity::instance_id;
 
@@ -149,6 +149,16 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
         return Ok(Action::requeue(platform::STALE_RETRY));
     }
     let mut status = instance.status.clone().unwrap_or_default();
+    match ctx.held_instances.take(instance, &ctx.written) {
+        Some(Taken::Unchanged(held)) => status = held,
+        Some(Taken::Changed(held)) => {
+            // Someone changed the instance (a deletion, a new spec) while an operation's start
+            // was held: written first, as it would have been.
+            write_status(instance, ctx, &held).await?;
+            status = held;
+        }
+        None => {}
+    }
     let deleting = instance.metadata.deletion_timestamp.is_some();
     let has_finalizer = instance.finalizers().iter().any(|f| f == FINALIZER);
     if deleting && !has_finalizer {

@@ -13,6 +13,7 @@ use crate::resources::{
     ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
+use crate::status::HOLD_START_FOR;
 use crate::{Context, platform};
 
 /// Polls the operation in progress.
@@ -79,7 +80,16 @@ pub(super) async fn poll(
                 &reason,
                 description,
             );
-            write_status(instance, ctx, &status).await?;
+            let written = instance
+                .status
+                .as_ref()
+                .is_some_and(|s| s.async_op_in_progress);
+            if !written && elapsed < HOLD_START_FOR {
+                // Young: its start is written only if it lasts (most end before).
+                ctx.held_instances.hold(instance, status);
+            } else {
+                write_status(instance, ctx, &status).await?;
+            }
             Ok(Action::requeue(
                 retry_after.unwrap_or_else(|| platform::backoff(elapsed)),
             ))

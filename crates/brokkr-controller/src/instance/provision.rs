@@ -84,6 +84,16 @@ pub(super) async fn provision(
             return Ok(Action::await_change());
         }
         identity::record_instance(instance, &mut status, &resolved.class.external_id);
+        // From the call on, the broker may hold the instance: its deletion deprovisions it,
+        // whatever becomes of the status this process has not written yet.
+        status.deprovision_status = Some(DeprovisionStatus::Required);
+        set(
+            &mut status,
+            "Ready",
+            ConditionStatus::False,
+            "Provisioning",
+            "The instance is being provisioned",
+        );
         write_status(instance, ctx, &status).await?;
     }
     let request = ProvisionRequest {

@@ -1,0 +1,149 @@
+//! An asynchronous operation that ends within seconds costs no status write of its start, and a
+//! controller that dies while it holds one loses nothing: the ids and the need to deprovision
+//! or unbind are written before the broker is called.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::StatusCode;
+use brokkr_controller::resources::ServiceInstance;
+use kube::Api;
+use kube::api::DeleteParams;
+use serde_json::{Value, json};
+use support::{API, Broker, Cluster};
+
+/// Provisions, binds, deprovisions and unbinds are accepted (202) and their polls answer
+/// `in progress` while `busy` holds, `succeeded` after.
+async fn asynchronous_broker(busy: Arc<Mutex<bool>>) -> Broker {
+    Broker::start(move |seen| {
+        let state = if *busy.lock().unwrap() {
+            "in progress"
+        } else {
+            "succeeded"
+        };
+        match seen.verb() {
+            "PUT" | "BIND" | "DELETE" | "UNBIND" => {
+                (StatusCode::ACCEPTED, json!({"operation": "op-1"}))
+            }
+            "POLL" | "BINDING_POLL" => (StatusCode::OK, json!({"state": state})),
+            "FETCH_BINDING" => (StatusCode::OK, json!({"credentials": {"password": "p"}})),
+            _ => (StatusCode::OK, json!({})),
+        }
+    })
+    .await
+}
+
+/// The status writes of `kind` (`serviceinstances`, `servicebindings`) served so far.
+fn status_writes(cluster: &Cluster, kind: &str) -> usize {
+    cluster
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("PATCH") && r.contains(&format!("/{kind}/")))
+        .filter(|r| r.contains("/status"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_short_operation_writes_its_end_and_not_its_start() {
+    let busy = Arc::new(Mutex::new(true));
+    let broker = asynchronous_broker(busy.clone()).await;
+    let cluster = Cluster::start(&broker).await;
+    cluster.create_instance("default", "db", json!({}));
+    cluster
+        .eventually("the provision polled", || {
+            (!broker.seen_verb("POLL").is_empty()).then_some(())
+        })
+        .await;
+    let instance = cluster.instance("default", "db").unwrap();
+    assert_eq!(
+        instance["status"]["deprovisionStatus"], "Required",
+        "written before the provision: {instance:#}"
+    );
+    assert!(instance["status"].get("lastOperation").is_none());
+    *busy.lock().unwrap() = false;
+    let ready = cluster.ready("default", "db").await;
+    assert_eq!(ready["status"]["asyncOpInProgress"], false);
+    assert_eq!(
+        status_writes(&cluster, "serviceinstances"),
+        2,
+        "the ids recorded, then Ready"
+    );
+    assert_eq!(broker.seen_verb("PUT").len(), 1);
+}
+
+#[tokio::test]
+async fn a_controller_that_dies_holding_a_start_deprovisions_what_it_provisioned() {
+    let busy = Arc::new(Mutex::new(true));
+    let broker = asynchronous_broker(busy.clone()).await;
+    let mut cluster = Cluster::start(&broker).await;
+    cluster.create_instance("default", "db", json!({}));
+    cluster
+        .eventually("the provision polled", || {
+            (!broker.seen_verb("POLL").is_empty()).then_some(())
+        })
+        .await;
+    // The start is held, not written; the controller dies with it and the user deletes.
+    cluster.restart_controllers().await;
+    Api::<ServiceInstance>::namespaced(cluster.fake.client(), "default")
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    *busy.lock().unwrap() = false;
+    cluster
+        .eventually("the instance gone", || {
+            cluster.instance("default", "db").is_none().then_some(())
+        })
+        .await;
+    let verbs: Vec<String> = broker.seen().iter().map(|s| s.verb().to_owned()).collect();
+    assert!(
+        verbs.iter().any(|v| v == "DELETE"),
+        "deprovisioned, not forgotten: {verbs:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_controller_that_dies_holding_a_start_repeats_the_identical_request_once() {
+    let busy = Arc::new(Mutex::new(true));
+    let broker = asynchronous_broker(busy.clone()).await;
+    let mut cluster = Cluster::start(&broker).await;
+    cluster.create_instance("default", "db", json!({}));
+    cluster
+        .eventually("the provision polled", || {
+            (!broker.seen_verb("POLL").is_empty()).then_some(())
+        })
+        .await;
+    cluster.restart_controllers().await;
+    cluster
+        .eventually("the provision asked again", || {
+            (broker.seen_verb("PUT").len() == 2).then_some(())
+        })
+        .await;
+    *busy.lock().unwrap() = false;
+    cluster.ready("default", "db").await;
+    let puts: Vec<Value> = broker
+        .seen_verb("PUT")
+        .into_iter()
+        .map(|s| s.body)
+        .collect();
+    assert_eq!(puts.len(), 2, "once by each controller");
+    assert_eq!(puts[0], puts[1], "the identical request");
+    let bind = json!({"apiVersion": API, "kind": "ServiceBinding",
+        "metadata": {"name": "app", "namespace": "default"},
+        "spec": {"instanceRef": {"name": "db"}}});
+    cluster.fake.create(bind);
+    cluster
+        .eventually("the binding Ready", || {
+            let binding = cluster
+                .fake
+                .get(API, "ServiceBinding", Some("default"), "app")?;
+            (support::condition(&binding, "Ready")?["status"] == "True").then_some(())
+        })
+        .await;
+    assert_eq!(
+        status_writes(&cluster, "servicebindings"),
+        2,
+        "the binding's ids recorded, then Ready"
+    );
+}
