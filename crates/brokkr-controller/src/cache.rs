@@ -124,27 +124,37 @@ impl Default for Caches {
 /// lagged.
 const SECRET_EVENTS_BUFFER: usize = 4096;
 
-/// What a controller following Secrets gets.
+/// What a follower of a broadcast of changes gets.
 #[derive(Debug, Clone)]
-pub enum SecretSeen {
-    /// A Secret was created, changed or deleted (its metadata).
-    Changed(Arc<PartialObjectMeta<Secret>>),
-    /// Changes were missed: whatever depends on Secrets should be looked at again.
+pub enum Seen<T> {
+    /// Something was created, changed or deleted.
+    Changed(T),
+    /// Changes were missed: whatever depends on them should be looked at again.
     Lagged,
+}
+
+/// What a controller following Secrets gets: a Secret's metadata.
+pub type SecretSeen = Seen<Arc<PartialObjectMeta<Secret>>>;
+
+/// The changes `sender` broadcasts from now on, with a [`Seen::Lagged`] where some were missed.
+pub fn follow<T: Clone + Send + 'static>(
+    sender: &broadcast::Sender<T>,
+) -> impl futures::Stream<Item = Seen<T>> + Send + 'static {
+    futures::stream::unfold(sender.subscribe(), |mut receiver| async move {
+        let seen = match receiver.recv().await {
+            Ok(change) => Seen::Changed(change),
+            Err(broadcast::error::RecvError::Lagged(_)) => Seen::Lagged,
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((seen, receiver))
+    })
 }
 
 impl Caches {
     /// The Secrets (metadata) that are created, change or go from now on, for a controller to
     /// follow.
     pub fn secret_events(&self) -> impl futures::Stream<Item = SecretSeen> + Send + 'static {
-        futures::stream::unfold(self.secret_changes.subscribe(), |mut receiver| async move {
-            let seen = match receiver.recv().await {
-                Ok(secret) => SecretSeen::Changed(secret),
-                Err(broadcast::error::RecvError::Lagged(_)) => SecretSeen::Lagged,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            Some((seen, receiver))
-        })
+        follow(&self.secret_changes)
     }
 
     /// The futures that fill the caches from watches of `client`, namespaced kinds within

@@ -36,14 +36,8 @@ pub struct WorkloadChange {
     pub metadata: ObjectMeta,
 }
 
-/// What a subscriber gets: a change, or word that it missed some.
-#[derive(Debug, Clone)]
-pub enum Seen {
-    /// A workload changed.
-    Changed(Arc<WorkloadChange>),
-    /// Changes were missed: everything that depends on workloads should be looked at again.
-    Lagged,
-}
+/// What a subscriber gets: a workload's change, or word that it missed some.
+pub type Seen = crate::cache::Seen<Arc<WorkloadChange>>;
 
 /// The workload kinds watched, and the changes seen.
 pub struct Workloads {
@@ -130,13 +124,6 @@ impl Workloads {
 
     /// The changes seen from now on.
     pub fn changes(&self) -> impl futures::Stream<Item = Seen> + Send + 'static {
-        futures::stream::unfold(self.changes.subscribe(), |mut receiver| async move {
-            let seen = match receiver.recv().await {
-                Ok(change) => Seen::Changed(change),
-                Err(broadcast::error::RecvError::Lagged(_)) => Seen::Lagged,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            Some((seen, receiver))
-        })
+        crate::cache::follow(&self.changes)
     }
 }

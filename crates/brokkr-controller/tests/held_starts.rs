@@ -34,6 +34,21 @@ async fn asynchronous_broker(busy: Arc<Mutex<bool>>) -> Broker {
     .await
 }
 
+/// A broker whose operations are in progress until the flag is cleared, the controllers, and an
+/// instance `db` whose provision the controller has polled once.
+async fn provision_in_progress() -> (Arc<Mutex<bool>>, Broker, Cluster) {
+    let busy = Arc::new(Mutex::new(true));
+    let broker = asynchronous_broker(busy.clone()).await;
+    let cluster = Cluster::start(&broker).await;
+    cluster.create_instance("default", "db", json!({}));
+    cluster
+        .eventually("the provision polled", || {
+            (!broker.seen_verb("POLL").is_empty()).then_some(())
+        })
+        .await;
+    (busy, broker, cluster)
+}
+
 /// The status writes of `kind` (`serviceinstances`, `servicebindings`) served so far.
 fn status_writes(cluster: &Cluster, kind: &str) -> usize {
     cluster
@@ -47,15 +62,7 @@ fn status_writes(cluster: &Cluster, kind: &str) -> usize {
 
 #[tokio::test]
 async fn a_short_operation_writes_its_end_and_not_its_start() {
-    let busy = Arc::new(Mutex::new(true));
-    let broker = asynchronous_broker(busy.clone()).await;
-    let cluster = Cluster::start(&broker).await;
-    cluster.create_instance("default", "db", json!({}));
-    cluster
-        .eventually("the provision polled", || {
-            (!broker.seen_verb("POLL").is_empty()).then_some(())
-        })
-        .await;
+    let (busy, broker, cluster) = provision_in_progress().await;
     let instance = cluster.instance("default", "db").unwrap();
     assert_eq!(
         instance["status"]["deprovisionStatus"], "Required",
@@ -75,15 +82,7 @@ async fn a_short_operation_writes_its_end_and_not_its_start() {
 
 #[tokio::test]
 async fn a_controller_that_dies_holding_a_start_deprovisions_what_it_provisioned() {
-    let busy = Arc::new(Mutex::new(true));
-    let broker = asynchronous_broker(busy.clone()).await;
-    let mut cluster = Cluster::start(&broker).await;
-    cluster.create_instance("default", "db", json!({}));
-    cluster
-        .eventually("the provision polled", || {
-            (!broker.seen_verb("POLL").is_empty()).then_some(())
-        })
-        .await;
+    let (busy, broker, mut cluster) = provision_in_progress().await;
     // The start is held, not written; the controller dies with it and the user deletes.
     cluster.restart_controllers().await;
     Api::<ServiceInstance>::namespaced(cluster.fake.client(), "default")
@@ -105,15 +104,7 @@ async fn a_controller_that_dies_holding_a_start_deprovisions_what_it_provisioned
 
 #[tokio::test]
 async fn a_controller_that_dies_holding_a_start_repeats_the_identical_request_once() {
-    let busy = Arc::new(Mutex::new(true));
-    let broker = asynchronous_broker(busy.clone()).await;
-    let mut cluster = Cluster::start(&broker).await;
-    cluster.create_instance("default", "db", json!({}));
-    cluster
-        .eventually("the provision polled", || {
-            (!broker.seen_verb("POLL").is_empty()).then_some(())
-        })
-        .await;
+    let (busy, broker, mut cluster) = provision_in_progress().await;
     cluster.restart_controllers().await;
     cluster
         .eventually("the provision asked again", || {

@@ -269,30 +269,10 @@ fn serve_expiring(dir: &std::path::Path, lifetime: &str, renew_before: &str) -> 
     );
     let config = dir.join("expiring.yaml");
     std::fs::write(&config, text.replace(from, &to)).unwrap();
-    let env = [
-        (
-            "BROKKR_SHARED_PG_URL",
-            env_or(
-                "BROKKR_TEST_POSTGRES_URL",
-                "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test",
-            ),
-        ),
-        (
-            "BROKKR_SHARED_MYSQL_URL",
-            env_or(
-                "BROKKR_TEST_MYSQL_URL",
-                "mysql://brokkr:brokkr@127.0.0.1:3306/mysql",
-            ),
-        ),
-        (
-            "BROKKR_SHARED_REDIS_URL",
-            env_or("BROKKR_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
-        ),
-    ];
     serve_logged(
         dir,
         &["--config", config.to_str().unwrap()],
-        &env,
+        &shared_servers_env(),
         Stdio::null(),
     )
 }

@@ -120,7 +120,13 @@ pub fn serve_shared_logged(
 ) -> (Process, String) {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../catalogs/shared/shared.yaml");
     let mut env = env.to_vec();
-    env.extend([
+    env.extend(shared_servers_env());
+    serve_logged(dir, &["--config", config.to_str().unwrap()], &env, log)
+}
+
+/// The admin URLs of the shared-server catalog: the test servers'.
+pub fn shared_servers_env() -> [(&'static str, String); 3] {
+    [
         (
             "BROKKR_SHARED_PG_URL",
             env_or(
@@ -139,8 +145,7 @@ pub fn serve_shared_logged(
             "BROKKR_SHARED_REDIS_URL",
             env_or("BROKKR_TEST_REDIS_URL", "redis://127.0.0.1:6379"),
         ),
-    ]);
-    serve_logged(dir, &["--config", config.to_str().unwrap()], &env, log)
+    ]
 }
 
 /// `brokkr controller` without leader election against the cluster of `kubeconfig`, its log
