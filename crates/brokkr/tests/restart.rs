@@ -696,18 +696,26 @@ impl PgSchema {
     }
 }
 
+/// Two replicas on one PostgreSQL schema, sharing the store's key, each with `setting` set.
+async fn two_replicas(config: &Path, url: &str, setting: (&str, &str)) -> (Broker, Broker) {
+    let replica = |cmd: &mut Command| {
+        cmd.env(
+            "BROKKR_ENCRYPTION_KEY",
+            "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=",
+        )
+        .env(setting.0, setting.1);
+    };
+    let a = Broker::start_with(config, url, Some((USERNAME, PASSWORD)), replica).await;
+    let b = Broker::start_with(config, url, Some((USERNAME, PASSWORD)), replica).await;
+    (a, b)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_on_postgres_take_over_a_dead_replicas_operations() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = quickstart_config(dir.path(), DELAY);
     let pg = PgSchema::create().await;
-    let key = "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=";
-    let replica = |cmd: &mut Command| {
-        cmd.env("BROKKR_ENCRYPTION_KEY", key)
-            .env("BROKKR_LEASE", "4s");
-    };
-    let mut a = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
-    let b = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let (mut a, b) = two_replicas(&config, &pg.url, ("BROKKR_LEASE", "4s")).await;
 
     // Operations accepted by replica A are leased to A.
     let ids = instance_ids("replica", 20);
@@ -732,15 +740,9 @@ async fn with_default_settings_a_dead_replicas_operations_are_taken_over_when_th
     let dir = tempfile::tempdir().expect("temp dir");
     let config = quickstart_config(dir.path(), DELAY);
     let pg = PgSchema::create().await;
-    let key = "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=";
     // serve's defaults: a 30 s lease, a look for due operations every second.
     let (lease, poll) = (Duration::from_secs(30), Duration::from_secs(1));
-    let replica = |cmd: &mut Command| {
-        cmd.env("BROKKR_ENCRYPTION_KEY", key)
-            .env("BROKKR_POLL_INTERVAL", "1s");
-    };
-    let mut a = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
-    let b = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let (mut a, b) = two_replicas(&config, &pg.url, ("BROKKR_POLL_INTERVAL", "1s")).await;
     let ids = instance_ids("default-lease", 20);
     let accepted = Instant::now();
     a.provision_all_async(&ids).await;
@@ -770,15 +772,9 @@ async fn a_replica_that_stops_hands_its_operations_to_another_at_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = quickstart_config(dir.path(), DELAY);
     let pg = PgSchema::create().await;
-    let key = "bT6nqzW0bkQ2b0Ck3KQ3pRXvYJ1mR2c6uO2Q1Qk5Wl4=";
     // B looks for due operations only every minute on its own: only A's release, announced to
     // B, can make it take them over sooner.
-    let replica = |cmd: &mut Command| {
-        cmd.env("BROKKR_ENCRYPTION_KEY", key)
-            .env("BROKKR_POLL_INTERVAL", "60s");
-    };
-    let mut a = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
-    let b = Broker::start_with(&config, &pg.url, Some((USERNAME, PASSWORD)), replica).await;
+    let (mut a, b) = two_replicas(&config, &pg.url, ("BROKKR_POLL_INTERVAL", "60s")).await;
     let ids = instance_ids("handover", 10);
     a.provision_all_async(&ids).await;
     a.assert_in_progress(&ids).await;
