@@ -10,18 +10,28 @@
 //! change commits at once; under load, the changes that arrive during a commit share the next
 //! one.
 //!
+//! A batch costs two round trips whatever its size: `BEGIN` and the first statement of every
+//! change in one query, then the statements of the changes whose first statement changed a row,
+//! and `COMMIT`, in another. Both are queries of several statements, which PostgreSQL's simple
+//! query protocol runs in one message but without parameters: the arguments are written in as
+//! typed literals ([`Statement::inline`]).
+//!
 //! A change is a compare-and-set statement and the statements that stand only if it changed a
 //! row ([`SqlStore::write`](super::SqlStore)): a change whose first statement changes nothing
 //! changes nothing, so no savepoint is needed around it. Should a statement fail (a constraint,
 //! a deadlock with another replica), PostgreSQL aborts the whole transaction: it is rolled back
-//! and each of its changes is run again in a transaction of its own, so that the failure stays
-//! with the change that caused it. A failed `COMMIT` is reported to every caller of the batch, as
-//! a failed commit of its own transaction was before.
+//! and each of its changes is run again in a transaction of its own, with bound parameters, so
+//! that the failure stays with the change that caused it. A failed `COMMIT`, or a connection lost
+//! while the server may have committed, is reported to every caller of the batch, as a failed
+//! commit of its own transaction was before.
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use sqlx::AnyPool;
+use futures::StreamExt;
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Either};
 use tokio::sync::{mpsc, oneshot};
 
 use super::statement::Statement;
@@ -104,6 +114,7 @@ impl GroupCommit {
 /// then the answers.
 async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Arc<View>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut session = None;
     while let Some(first) = queue.recv().await {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -112,7 +123,7 @@ async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Ar
                 Err(_) => break,
             }
         }
-        match commit(&pool, &batch).await {
+        match commit(&pool, &mut session, &batch).await {
             Ok(Ok(rows)) => {
                 let changed: Vec<bool> = rows.iter().map(|(changed, _)| *changed).collect();
                 let seen = batch
@@ -152,36 +163,187 @@ async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Ar
 /// columns of the resource it touches, as it left them.
 type Outcome = (bool, Option<RowValues>);
 
-/// Runs `batch` in one transaction. `Err` when a statement failed (nothing was committed);
-/// `Ok(Err)` when the commit failed; else what each change did.
+/// A committer's connection, kept from batch to batch, and the statements prepared on it.
+struct Session {
+    conn: PoolConnection<Any>,
+    /// The names of the statements prepared here, by their text, then by their arguments' types.
+    prepared: HashMap<String, Vec<(String, String)>>,
+    count: usize,
+}
+
+/// Statements a batch prepares before it runs, named, with the `PREPARE`s that make them.
+#[derive(Default)]
+struct Preparing {
+    named: Vec<(String, String, String)>,
+    prepares: Vec<String>,
+}
+
+impl Session {
+    async fn open(pool: &AnyPool) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            conn: pool.acquire().await?,
+            prepared: HashMap::new(),
+            count: 0,
+        })
+    }
+
+    /// `EXECUTE` of `statement` with its arguments written in; when it is not prepared on this
+    /// connection yet, its `PREPARE` goes to `preparing`. `None` when an argument cannot be
+    /// written as a literal.
+    fn execute(&self, statement: &Statement, preparing: &mut Preparing) -> Option<String> {
+        let literals = statement.literals()?;
+        let types = statement.types();
+        let prepared = self.prepared.get(statement.sql()).into_iter().flatten();
+        let batch = preparing
+            .named
+            .iter()
+            .filter(|(sql, _, _)| sql == statement.sql())
+            .map(|(_, types, name)| (types, name));
+        let known = prepared
+            .map(|(types, name)| (types, name))
+            .chain(batch)
+            .find(|(known, _)| **known == types);
+        if let Some((_, name)) = known {
+            return Some(format!("EXECUTE {name}{literals}"));
+        }
+        let name = format!("brokkr_{}", self.count + preparing.named.len());
+        let parameters = match types.as_str() {
+            "" => String::new(),
+            types => format!(" ({types})"),
+        };
+        preparing
+            .prepares
+            .push(format!("PREPARE {name}{parameters} AS {}", statement.sql()));
+        let execute = format!("EXECUTE {name}{literals}");
+        preparing
+            .named
+            .push((statement.sql().to_owned(), types, name));
+        Some(execute)
+    }
+
+    /// Remembers what a batch that ran prepared.
+    fn prepared(&mut self, preparing: Preparing) {
+        for (sql, types, name) in preparing.named {
+            self.prepared.entry(sql).or_default().push((types, name));
+            self.count += 1;
+        }
+    }
+}
+
+/// Runs `batch` in one transaction on the committer's `session` (opened when there is none), in
+/// two round trips: `BEGIN` and every change's first statement in one query, then the rest of
+/// the changes whose first statement changed a row, and `COMMIT`, in another. Both are queries
+/// of several statements, which PostgreSQL's simple query protocol runs in one message but
+/// without parameters: each statement is prepared once on the connection (`PREPARE`, its
+/// arguments typed as they are bound) and run as an `EXECUTE` with its arguments written in
+/// ([`Statement::literals`]). `Err` when a statement failed or a value cannot be written as a
+/// literal (nothing was committed); `Ok(Err)` when the commit failed; else what each change
+/// did. After a failure the session is closed, which also ends its transaction.
 async fn commit(
     pool: &AnyPool,
+    session: &mut Option<Session>,
     batch: &[Change],
 ) -> Result<Result<Vec<Outcome>, sqlx::Error>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let open = match session {
+        Some(open) => open,
+        None => session.insert(Session::open(pool).await?),
+    };
+    let result = commit_on(open, batch).await;
+    if !matches!(result, Ok(Ok(_)))
+        && let Some(mut closing) = session.take()
+    {
+        closing.conn.close_on_drop();
+    }
+    result
+}
+
+/// [`commit`] on an open session.
+async fn commit_on(
+    open: &mut Session,
+    batch: &[Change],
+) -> Result<Result<Vec<Outcome>, sqlx::Error>, sqlx::Error> {
+    let unwritable = || sqlx::Error::Protocol("a value PostgreSQL's text cannot hold".into());
+    let mut preparing = Preparing::default();
+    let firsts = batch
+        .iter()
+        .map(|change| open.execute(&change.first, &mut preparing))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(unwritable)?;
+    let prepares = std::mem::take(&mut preparing.prepares);
+    let outcomes = firsts_in_transaction(&mut open.conn, batch, &prepares, &firsts).await?;
+    let rests = batch
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, (changed, _))| *changed)
+        .flat_map(|(change, _)| change.rest.iter())
+        .map(|statement| open.execute(statement, &mut preparing))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(unwritable)?;
+    let statements = preparing.prepares.len() + rests.len();
+    let mut sql = preparing.prepares.join(";\n");
+    for statement in rests.iter().map(String::as_str).chain(["COMMIT"]) {
+        if !sql.is_empty() {
+            sql.push_str(";\n");
+        }
+        sql.push_str(statement);
+    }
+    let mut results = sqlx::raw_sql(AssertSqlSafe(sql)).execute_many(&mut *open.conn);
+    let mut done = 0;
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) => done += 1,
+            // A statement the server refused: it skipped the rest, `COMMIT` too.
+            Err(failed @ sqlx::Error::Database(_)) if done < statements => return Err(failed),
+            // The commit failed, or the connection did while the server may have committed.
+            Err(commit_failed) => return Ok(Err(commit_failed)),
+        }
+    }
+    drop(results);
+    open.prepared(preparing);
+    Ok(Ok(outcomes))
+}
+
+/// Runs `prepares`, begins a transaction and runs the first statement of each change of
+/// `batch` (`firsts`), in one query on `conn`; returns what each change did.
+async fn firsts_in_transaction(
+    conn: &mut AnyConnection,
+    batch: &[Change],
+    prepares: &[String],
+    firsts: &[String],
+) -> Result<Vec<Outcome>, sqlx::Error> {
+    let mut statements = prepares.to_vec();
+    statements.push("BEGIN".into());
+    statements.extend_from_slice(firsts);
+    let mut results = sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).fetch_many(conn);
     let mut outcomes = Vec::with_capacity(batch.len());
-    for change in batch {
-        let outcome = match change.touches {
-            Touches::Nothing => {
-                let done = change.first.query().execute(&mut *tx).await?;
-                (done.rows_affected() > 0, None)
-            }
-            Touches::Resource(_) | Touches::InstanceAndBindings(_) => {
-                let row = change.first.query().fetch_optional(&mut *tx).await?;
-                (
-                    row.is_some(),
-                    row.as_ref().map(RowValues::from_any).transpose()?,
-                )
-            }
-        };
-        if outcome.0 {
-            for statement in &change.rest {
-                statement.query().execute(&mut *tx).await?;
+    // Results come statement after statement: the `PREPARE`s and `BEGIN`, then the changes'.
+    let mut before = prepares.len() + 1;
+    let mut returned = None;
+    while let Some(result) = results.next().await {
+        match result? {
+            Either::Right(row) => returned = returned.or(Some(row)),
+            Either::Left(_) if before > 0 => before -= 1,
+            Either::Left(done) => {
+                let change = batch
+                    .get(outcomes.len())
+                    .ok_or_else(|| sqlx::Error::Protocol("more results than statements".into()))?;
+                let row = returned.take();
+                outcomes.push(match change.touches {
+                    Touches::Nothing => (done.rows_affected() > 0, None),
+                    Touches::Resource(_) | Touches::InstanceAndBindings(_) => (
+                        row.is_some(),
+                        row.as_ref().map(RowValues::from_any).transpose()?,
+                    ),
+                });
             }
         }
-        outcomes.push(outcome);
     }
-    Ok(tx.commit().await.map(|()| outcomes))
+    if outcomes.len() != batch.len() {
+        return Err(sqlx::Error::Protocol(
+            "fewer results than statements".into(),
+        ));
+    }
+    Ok(outcomes)
 }
 
 /// Runs `first` and, if it changed a row, `rest`, in a transaction of their own (one statement
@@ -332,6 +494,131 @@ mod tests {
         let rows: Vec<i64> = rows.iter().map(|r| r.try_get(0).unwrap()).collect();
         let expected: Vec<i64> = (0..100).filter(|k| k % 10 != 0).collect();
         assert_eq!(rows, expected);
+        sqlx::query(sqlx::AssertSqlSafe(drop_schema))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn values_written_in_as_literals_are_stored_exactly_and_change_no_statement() {
+        let (pool, drop_schema) = table().await;
+        let group = Arc::new(GroupCommit::start(&pool, &Arc::new(View::new())));
+        const HOSTILE: [&str; 9] = [
+            "it's",
+            "\\",
+            "\\'); DELETE FROM t; --",
+            "'; DROP TABLE t; --",
+            "E'\\x00'",
+            "$1 $2 $$ $",
+            "line\nbreak\ttab \r",
+            "ünïcödé ✓ 🦀",
+            "",
+        ];
+        let mut tasks = Vec::new();
+        for (k, value) in (0_i64..).zip(HOSTILE.iter().chain(&["nul \0 inside"])) {
+            let group = group.clone();
+            tasks.push(tokio::spawn(async move {
+                let insert = Statement::new(
+                    "INSERT INTO t (k, v) VALUES ($1, $2)",
+                    vec![k.into(), (*value).into()],
+                );
+                group.write(insert, Vec::new(), Touches::Nothing).await
+            }));
+        }
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        // PostgreSQL's text holds no NUL: that change fails, as it does bound, and alone.
+        let (nul, stored) = results.split_last().unwrap();
+        assert!(nul.is_err(), "{nul:?}");
+        assert!(stored.iter().all(|r| matches!(r, Ok(true))), "{stored:?}");
+        let rows = sqlx::query("SELECT k, v FROM t ORDER BY k")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let rows: Vec<(i64, String)> = rows
+            .iter()
+            .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+            .collect();
+        let expected: Vec<(i64, String)> = (0..).zip(HOSTILE.map(String::from)).collect();
+        assert_eq!(rows, expected);
+        sqlx::query(sqlx::AssertSqlSafe(drop_schema))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    #[test]
+    fn arguments_are_written_as_literals_that_no_value_can_end() {
+        let statement = Statement::new(
+            "UPDATE t SET v = $2 WHERE k = $1",
+            vec![
+                (-9_223_372_036_854_775_808_i64).into(),
+                "a'b\\c".into(),
+                None::<String>.into(),
+                None::<i64>.into(),
+            ],
+        );
+        assert_eq!(
+            statement.literals().unwrap(),
+            "('-9223372036854775808', E'a''b\\\\c', NULL, NULL)"
+        );
+        assert_eq!(statement.types(), "bigint, text, text, bigint");
+        let nul = Statement::new("SELECT $1", vec!["a\0b".into()]);
+        assert_eq!(nul.literals(), None);
+    }
+
+    /// A change for [`commit`], its answer dropped.
+    fn change(first: Statement, rest: Vec<Statement>) -> Change {
+        Change {
+            first,
+            rest,
+            touches: Touches::Nothing,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn insert(k: i64) -> Statement {
+        Statement::new("INSERT INTO t (k, v) VALUES ($1, 'x')", vec![k.into()])
+    }
+
+    fn update(k: i64, from: &str) -> Statement {
+        let sql = "UPDATE t SET v = v || '+' WHERE k = $1 AND v = $2";
+        Statement::new(sql, vec![k.into(), from.into()])
+    }
+
+    #[tokio::test]
+    async fn a_batch_prepares_each_statement_once_on_its_session_and_a_failure_closes_it() {
+        let (pool, drop_schema) = table().await;
+        let mut session = None;
+        // Inserts, each followed by an update; a compare-and-set that misses goes no further.
+        let batch = vec![
+            change(insert(1), vec![update(1, "x")]),
+            change(insert(2), vec![update(2, "x")]),
+            change(update(1, "nope"), vec![update(1, "x+")]),
+        ];
+        let outcomes = commit(&pool, &mut session, &batch).await.unwrap().unwrap();
+        let changed: Vec<bool> = outcomes.iter().map(|(changed, _)| *changed).collect();
+        assert_eq!(changed, [true, true, false]);
+        assert_eq!(session.as_ref().map(|s| s.count), Some(2));
+        let batch = vec![change(update(2, "x+"), Vec::new())];
+        let outcomes = commit(&pool, &mut session, &batch).await.unwrap().unwrap();
+        assert!(outcomes[0].0);
+        assert_eq!(session.as_ref().map(|s| s.count), Some(2), "prepared again");
+        let rows = sqlx::query("SELECT v FROM t ORDER BY k")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let rows: Vec<String> = rows.iter().map(|r| r.try_get(0).unwrap()).collect();
+        assert_eq!(rows, ["x+", "x++"]);
+        // A duplicate key: nothing of the batch stays, and the session is closed.
+        let batch = vec![change(insert(3), Vec::new()), change(insert(1), Vec::new())];
+        assert!(commit(&pool, &mut session, &batch).await.is_err());
+        assert!(session.is_none());
+        let three = count(&pool, "SELECT count(*) FROM t WHERE k = $1", 3).await;
+        assert_eq!(three, 0);
         sqlx::query(sqlx::AssertSqlSafe(drop_schema))
             .execute(&pool)
             .await

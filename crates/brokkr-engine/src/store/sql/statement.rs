@@ -119,10 +119,68 @@ impl Statement {
         query
     }
 
+    /// The statement's text.
+    pub(super) fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// The PostgreSQL types its arguments are bound as, in `$n` order: `bigint, text, …`.
+    pub(super) fn types(&self) -> String {
+        let types: Vec<&str> = self
+            .args
+            .iter()
+            .map(|arg| match arg {
+                Arg::Int(_) => "bigint",
+                Arg::Text(_) => "text",
+            })
+            .collect();
+        types.join(", ")
+    }
+
+    /// Its arguments written as PostgreSQL literals, `(a, b, …)` (empty when it has none), for
+    /// an `EXECUTE` of it prepared in a query of several statements, which PostgreSQL's simple
+    /// query protocol runs without parameters. A text is an escape string (`E'…'`) with its
+    /// backslashes and quotes doubled, so that no value can end the literal. `None` when a text
+    /// holds a NUL character, which PostgreSQL's text cannot hold and which would end the query
+    /// string: bound instead, it fails with PostgreSQL's own error.
+    pub(super) fn literals(&self) -> Option<String> {
+        if self.args.is_empty() {
+            return Some(String::new());
+        }
+        let mut out = String::with_capacity(16 * self.args.len());
+        for (i, arg) in self.args.iter().enumerate() {
+            out.push_str(if i == 0 { "(" } else { ", " });
+            literal(arg, &mut out)?;
+        }
+        out.push(')');
+        Some(out)
+    }
+
     /// Runs the statement on the writer's connection; returns the rows it changed.
     pub(super) fn run(&self, conn: &rusqlite::Connection) -> rusqlite::Result<u64> {
         let mut stmt = conn.prepare_cached(&sqlite_sql(&self.sql))?;
         let changed = stmt.execute(rusqlite::params_from_iter(&self.args))?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }
+}
+
+/// Appends `arg` to `out` as a PostgreSQL literal; `None` for a text holding a NUL character.
+fn literal(arg: &Arg, out: &mut String) -> Option<()> {
+    match arg {
+        Arg::Int(Some(v)) => out.push_str(&format!("'{v}'")),
+        Arg::Int(None) | Arg::Text(None) => out.push_str("NULL"),
+        Arg::Text(Some(text)) if text.contains('\0') => return None,
+        Arg::Text(Some(text)) => {
+            out.push_str("E'");
+            for c in text.chars() {
+                match c {
+                    '\'' => out.push_str("''"),
+                    '\\' => out.push_str("\\\\"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+        }
+    }
+    Some(())
 }
