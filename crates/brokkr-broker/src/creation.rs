@@ -1,11 +1,12 @@
 //! Creating an instance or a binding: the flow a provision and a bind share.
 //!
 //! A new resource is prepared (its registry computed, what could never work refused) and created
-//! with its first operation. A request repeated while the resource exists is answered from it:
+//! with its first operation. Most requests create, so a request that could tries that first, and
+//! reads the resource only when it exists. A request repeated while the resource exists is answered from it:
 //! the running operation (or, for a synchronous request, its end), the resource itself once
 //! ready, or a new attempt after a failed one — which keeps the attributes and registry the
 //! resource was created with. A request whose attributes differ (context aside) is a conflict.
-//! A race lost to another request is decided again against the winner, up to three times.
+//! A race lost to another request is decided against the winner, up to three times.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -62,21 +63,37 @@ pub(crate) async fn create<C: Creation>(
         info!(instance_id = %key.instance_id, binding_id, operation = %op.id,
             kind = op.kind.as_str(), plan = %r.plan_id, "{message}");
     };
-    for _ in 0..3 {
-        let existing = store.get(&key).await?;
-        let Some(existing) = existing.filter(|r| r.status != Status::Deleted) else {
-            creation.check_now()?;
-            // Computed only for a new resource: a repeat keeps the values it was created with.
-            creation.prepare(&mut resource)?;
-            if needs_async && !accepts_incomplete {
-                return Err(ApiError::async_required());
-            }
-            match store.create(&resource).await? {
-                Created::Inserted => {
-                    log(&resource, "creating");
-                    return creation.started(&resource, Written::Row).await;
+    for attempt in 0..3 {
+        // Most requests create: the first attempt of one that could tries that at once, and
+        // has the resource read only if it exists.
+        let first_try = attempt == 0
+            && creation.check_now().is_ok()
+            && (accepts_incomplete || !needs_async)
+            && creation.prepare(&mut resource).is_ok();
+        let read = match first_try {
+            true => None,
+            false => store.get(&key).await?,
+        };
+        let existing = match read.filter(|r| r.status != Status::Deleted) {
+            Some(existing) => existing,
+            None => {
+                if !first_try {
+                    creation.check_now()?;
+                    // Computed only for a new resource: a repeat keeps the values it was
+                    // created with.
+                    creation.prepare(&mut resource)?;
+                    if needs_async && !accepts_incomplete {
+                        return Err(ApiError::async_required());
+                    }
                 }
-                Created::Exists(_) => continue, // lost a race: decide against the winner
+                match store.create(&resource).await? {
+                    Created::Inserted => {
+                        log(&resource, "creating");
+                        return creation.started(&resource, Written::Row).await;
+                    }
+                    // It exists, or another request won the race: decided against it.
+                    Created::Exists(existing) => *existing,
+                }
             }
         };
         if existing.attrs.identity() != resource.attrs.identity()
