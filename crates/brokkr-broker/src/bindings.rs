@@ -21,8 +21,8 @@ use crate::body::{Query, check_id};
 use crate::creation::{Creation, create};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, Written, accepted, launch, new_operation, operation_failed, poll_response, superseded,
-    teardown, teardown_running,
+    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
+    teardown_running,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -276,8 +276,8 @@ impl Creation for NewBinding<'_> {
         json_response(StatusCode::OK, &binding_body(r, false))
     }
 
-    async fn started(&self, r: &Resource, written: Written) -> ApiResult {
-        started(self.broker, r, written).await
+    async fn started(&self, r: &Resource) -> ApiResult {
+        started(self.broker, r).await
     }
 }
 
@@ -296,8 +296,8 @@ fn instance_busy(instance: &Resource) -> ApiError {
     }
 }
 
-async fn started(broker: &Broker, r: &Resource, written: Written) -> ApiResult {
-    match launch(broker, r, written).await? {
+async fn started(broker: &Broker, r: &Resource) -> ApiResult {
+    match launch(broker, r).await? {
         None => Ok(accepted(&r.op)),
         Some(done) if done.op.id != r.op.id => Err(superseded(&done)),
         Some(done) if done.op.state == OperationState::Succeeded => match r.op.kind {
@@ -358,10 +358,9 @@ async fn unbind(
             return teardown_running(&broker, &key, &current.op, accepts_incomplete, busy).await;
         }
         let (op, status) = teardown(&broker, &current, OpKind::Unbind, retry, accepts_incomplete)?;
-        if store.start(&key, &current.op.id, &op, status).await? {
+        if let Some(r) = store.start(&key, &current.op.id, &op, status).await? {
             info!(instance_id, binding_id, operation = %op.id, "unbinding");
-            let r = Resource { op, ..current };
-            return started(&broker, &r, Written::Operation).await;
+            return started(&broker, &r).await;
         }
     }
     Err(ApiError::concurrency(format!(

@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::Broker;
 use crate::error::ApiError;
-use crate::operations::{Written, accepted, wait_sync};
+use crate::operations::{accepted, wait_sync};
 use crate::response::ApiResult;
 
 /// What a provision and a bind do their own way.
@@ -41,8 +41,8 @@ pub(crate) trait Creation {
     /// The answer for the resource, which exists and is ready.
     fn ready(&self, r: &Resource) -> Response;
 
-    /// Answers a request that just started `r`'s operation, having `written` its row.
-    async fn started(&self, r: &Resource, written: Written) -> ApiResult;
+    /// Answers a request that just started `r`'s operation; `r` is its row as written.
+    async fn started(&self, r: &Resource) -> ApiResult;
 }
 
 /// Creates `resource` with its first operation, or answers from the one that exists (see the
@@ -89,7 +89,7 @@ pub(crate) async fn create<C: Creation>(
                 match store.create(&resource).await? {
                     Created::Inserted => {
                         log(&resource, "creating");
-                        return creation.started(&resource, Written::Row).await;
+                        return creation.started(&resource).await;
                     }
                     // It exists, or another request won the race: decided against it.
                     Created::Exists(existing) => *existing,
@@ -131,9 +131,9 @@ pub(crate) async fn create<C: Creation>(
                     return Err(ApiError::async_required());
                 }
                 let again = NewStatus::Set(Status::Creating);
-                if store.start(&key, &op.id, &resource.op, again).await? {
-                    log(&resource, "creating again after a failure");
-                    return creation.started(&resource, Written::Operation).await;
+                if let Some(r) = store.start(&key, &op.id, &resource.op, again).await? {
+                    log(&r, "creating again after a failure");
+                    return creation.started(&r).await;
                 }
             }
         }

@@ -21,8 +21,8 @@ use crate::body::{Query, check_id};
 use crate::creation::{Creation, create};
 use crate::error::ApiError;
 use crate::operations::{
-    Steps, Written, accepted, launch, new_operation, operation_failed, poll_response, superseded,
-    teardown, teardown_running,
+    Steps, accepted, launch, new_operation, operation_failed, poll_response, superseded, teardown,
+    teardown_running,
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
@@ -253,20 +253,15 @@ impl Creation for NewInstance<'_> {
         json_response(StatusCode::OK, &instance_body(r))
     }
 
-    async fn started(&self, r: &Resource, written: Written) -> ApiResult {
-        started(self.broker, r, written, StatusCode::CREATED).await
+    async fn started(&self, r: &Resource) -> ApiResult {
+        started(self.broker, r, StatusCode::CREATED).await
     }
 }
 
 /// Answers a request that just started `r.op`: 202 for asynchronous plans, or the final answer
 /// of a synchronous one (`created` on success).
-async fn started(
-    broker: &Broker,
-    r: &Resource,
-    written: Written,
-    created: StatusCode,
-) -> ApiResult {
-    match launch(broker, r, written).await? {
+async fn started(broker: &Broker, r: &Resource, created: StatusCode) -> ApiResult {
+    match launch(broker, r).await? {
         None => Ok(json_response(StatusCode::ACCEPTED, &operation_body(r))),
         Some(done) if done.op.id != r.op.id => Err(superseded(&done)),
         Some(done) if done.op.state == OperationState::Succeeded => {
@@ -416,10 +411,10 @@ async fn update(
         return Err(ApiError::async_required());
     }
     let store = broker.engine.store();
-    if !store
+    let started_update = store
         .start(&key, &current.op.id, &op, NewStatus::Set(Status::Ready))
-        .await?
-    {
+        .await?;
+    let Some(updated) = started_update else {
         // Another request got there first: the same update answers with its operation.
         if let Some(now) = store.get(&key).await?
             && now.op.in_progress()
@@ -432,10 +427,9 @@ async fn update(
         return Err(ApiError::concurrency(format!(
             "instance {instance_id} is being changed by another request"
         )));
-    }
+    };
     info!(instance_id, operation = %op.id, plan = %entry.plan.name, "updating");
-    let updated = Resource { op, ..current };
-    started(&broker, &updated, Written::Operation, StatusCode::OK).await
+    started(&broker, &updated, StatusCode::OK).await
 }
 
 async fn deprovision(
@@ -487,15 +481,10 @@ async fn deprovision(
         }
         let kind = OpKind::Deprovision;
         let (op, status) = teardown(&broker, &current, kind, retry, accepts_incomplete)?;
-        if broker
-            .engine
-            .store()
-            .start(&key, &current.op.id, &op, status)
-            .await?
-        {
+        let store = broker.engine.store();
+        if let Some(r) = store.start(&key, &current.op.id, &op, status).await? {
             info!(instance_id, operation = %op.id, "deprovisioning");
-            let r = Resource { op, ..current };
-            return started(&broker, &r, Written::Operation, StatusCode::OK).await;
+            return started(&broker, &r, StatusCode::OK).await;
         }
     }
     Err(ApiError::concurrency(format!(

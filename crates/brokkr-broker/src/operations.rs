@@ -111,31 +111,16 @@ pub(crate) async fn teardown_running(
     }
 }
 
-/// What the request that started an operation wrote to its resource's row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Written {
-    /// The whole row: it created the resource, and the row holds exactly what it sent.
-    Row,
-    /// The operation only, on an existing row whose other columns may have changed since the
-    /// request read them.
-    Operation,
-}
-
-/// Runs the operation `r.op` a request has just committed: inline for synchronous plans
-/// (returning the resource as it ended), in the background otherwise — from `r` itself when the
-/// request wrote the whole row, without reading it back.
-pub(crate) async fn launch(
-    broker: &Broker,
-    r: &Resource,
-    written: Written,
-) -> Result<Option<Resource>, ApiError> {
+/// Runs the operation `r.op` a request has just committed, `r` being its row as committed:
+/// inline for synchronous plans (returning the resource as it ended), in the background
+/// otherwise, from `r` itself without reading it back.
+pub(crate) async fn launch(broker: &Broker, r: &Resource) -> Result<Option<Resource>, ApiError> {
     let key = &r.key;
     if r.op.plan.steps.is_empty() {
         broker.engine.run_to_end(key.clone()).await;
         Ok(broker.engine.store().get(key).await?)
     } else {
-        let row = (written == Written::Row).then(|| r.clone());
-        broker.engine.spawn_new(key.clone(), row);
+        broker.engine.spawn_new(r.clone());
         Ok(None)
     }
 }

@@ -6,87 +6,12 @@
 //! moved on — two versions sharing one PostgreSQL store, as in a rolling update — and refuses,
 //! naming both versions, one that a breaking migration moved on.
 
+#[macro_use]
+mod support;
+
 use brokkr_engine::store::{Created, Migration, SCHEMA_VERSION, SqlStore, StoreError, migrations};
-use brokkr_engine::{Attrs, Key, OpKind, OpPlan, Operation, Resource, Store};
-
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-/// A store URL: a SQLite file, or a PostgreSQL schema dropped on drop.
-struct Place {
-    url: String,
-    _dir: tempfile::TempDir,
-    schema: Option<(sqlx::AnyPool, String)>,
-}
-
-impl Place {
-    async fn new(backend: Backend) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        match backend {
-            Backend::Sqlite => Self {
-                url: format!("sqlite://{}/brokkr.db", dir.path().display()),
-                _dir: dir,
-                schema: None,
-            },
-            Backend::Postgres => {
-                let admin = std::env::var("BROKKR_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-                    "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into()
-                });
-                sqlx::any::install_default_drivers();
-                let pool = sqlx::any::AnyPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin)
-                    .await
-                    .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{name}\"")))
-                    .execute(&pool)
-                    .await
-                    .unwrap();
-                let sep = if admin.contains('?') { '&' } else { '?' };
-                Self {
-                    url: format!("{admin}{sep}options=-c%20search_path%3D{name}"),
-                    _dir: dir,
-                    schema: Some((pool, name)),
-                }
-            }
-        }
-    }
-
-    async fn open(&self) -> SqlStore {
-        SqlStore::connect(&self.url, None).await.expect("connect")
-    }
-
-    async fn drop_schema(self) {
-        if let Some((pool, name)) = &self.schema {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA \"{name}\" CASCADE"
-            )))
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-    }
-}
-
-fn instance(id: &str) -> Resource {
-    let op = Operation::new(
-        OpKind::Provision,
-        OpPlan::default(),
-        None,
-        3_600_000,
-        "test",
-        60_000,
-    );
-    let attrs = Attrs {
-        space_guid: Some(id.to_owned()),
-        ..Attrs::default()
-    };
-    Resource::new(Key::instance(id), "service", "plan", attrs, op)
-}
+use brokkr_engine::{Key, Store};
+use support::{Backend, Place, instance};
 
 async fn create(store: &SqlStore, id: &str) {
     assert!(matches!(
@@ -248,23 +173,6 @@ async fn replicas_migrating_together_agree(backend: Backend) {
         assert_eq!(a.schema_version().await.unwrap(), (SCHEMA_VERSION + 1, 0));
     }
     place.drop_schema().await;
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Backend::Sqlite).await;
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Backend::Postgres).await;
-            })*
-        }
-    };
 }
 
 on_both!(

@@ -47,17 +47,16 @@ impl Engine {
             .spawn(async move { engine.run(key, Entry::Read).await })
     }
 
-    /// Runs, in the background, the operation of `key` that a request of this process has just
-    /// committed (created, or started on an existing resource) with [`crate::Operation::new`].
-    /// `written` is the resource exactly as that commit wrote it, when the request knows it (it
-    /// created the row): the engine then starts from it instead of reading it back. A request
-    /// that changed an existing row passes `None`: other columns may have changed since it read
-    /// them.
-    pub fn spawn_new(&self, key: Key, written: Option<Resource>) -> tokio::task::JoinHandle<()> {
+    /// Runs, in the background, the operation of the resource `written` that a request of this
+    /// process has just committed (created, or started on an existing resource) with
+    /// [`crate::Operation::new`]. `written` is the resource exactly as that commit left it (the
+    /// store returns it from a start): the engine starts from it instead of reading it back.
+    pub fn spawn_new(&self, written: Resource) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
+        let key = written.key.clone();
         self.inner
             .tasks
-            .spawn(async move { engine.run(key, Entry::New(written.map(Box::new))).await })
+            .spawn(async move { engine.run(key, Entry::New(Box::new(written))).await })
     }
 
     /// Runs the operation of `key` to its end (or to a long wait) in its own task and waits for
@@ -143,12 +142,12 @@ impl Engine {
         let inner = &self.inner;
         let owner = inner.owner.as_str();
         let (resource, new) = match entry {
-            Entry::New(Some(written)) => (*written, true),
-            Entry::New(None) | Entry::Read => {
+            Entry::New(written) => (*written, true),
+            Entry::Read => {
                 let Some(resource) = inner.store.get(key).await? else {
                     return Ok(());
                 };
-                (resource, matches!(entry, Entry::New(_)))
+                (resource, false)
             }
         };
         let mut op = resource.op.clone();
@@ -178,8 +177,8 @@ enum Entry {
     /// Claimed, or asked for by key: read from the store; if it had begun, it is resumed.
     Read,
     /// Just committed by a request of this process, its first step started by that commit;
-    /// with the resource as written, or `None` to read it.
-    New(Option<Box<Resource>>),
+    /// with the resource as written.
+    New(Box<Resource>),
 }
 
 /// Marks an operation as running in this process for as long as it lives, even if the task

@@ -138,14 +138,15 @@ pub trait Store: Send + Sync {
 
     /// Replaces the resource's operation with `op`, if its current operation is still
     /// `expected_op`, and records the replaced one as the previous operation (`failed` when it was
-    /// still running: it is halted). Returns whether it did.
+    /// still running: it is halted). Returns the resource as the start left it, or `None` when it
+    /// did not start.
     async fn start(
         &self,
         key: &Key,
         expected_op: &str,
         op: &Operation,
         status: NewStatus,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Option<Resource>, StoreError>;
 
     /// Saves the progress of a running operation held by `owner` and renews the lease until
     /// `op.lease_until`. Returns false when the operation is no longer this owner's to run.

@@ -294,7 +294,7 @@ impl SqlStore {
                 Touches::Nothing => first,
                 _ => first.returning(&STATUS_COLUMNS),
             };
-            return group.write(first, rest, touches).await;
+            return Ok(group.write(first, rest, touches, false).await?.0);
         }
         group::alone(&self.pool, &first, &rest).await
     }
@@ -464,7 +464,7 @@ impl Store for SqlStore {
         expected_op: &str,
         op: &Operation,
         status: NewStatus,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Resource>, StoreError> {
         let sql = "UPDATE brokkr_resources SET \
              status = CASE WHEN $1 = 'halt' \
                  THEN (CASE WHEN status = 'creating' THEN 'failed' ELSE status END) ELSE $1 END, \
@@ -492,8 +492,23 @@ impl Store for SqlStore {
             expected_op.into(),
         ]);
         let touches = Touches::Resource(key.clone());
-        self.write(Statement::new(sql, args), Vec::new(), touches)
-            .await
+        let statement = Statement::new(sql, args);
+        if let Some(group) = &self.group {
+            // The row as the start left it, returned by the start itself.
+            return match group
+                .write(statement.returning(COLUMNS), Vec::new(), touches, true)
+                .await?
+            {
+                (false, _) => Ok(None),
+                (true, Some(row)) => self.decode(&row, false).map(Some),
+                (true, None) => self.get(key).await, // committed alone: read back
+            };
+        }
+        if !self.write(statement, Vec::new(), touches).await? {
+            return Ok(None);
+        }
+        // On a SQLite file, from the writer's view.
+        self.get(key).await
     }
 
     async fn save_progress(

@@ -46,14 +46,16 @@ const MAX_BATCH: usize = 256;
 /// database, once the machine is busy.
 const COMMITTERS: usize = 4;
 
-/// One change: `first` and, if it changed a row, `rest`; answered with whether it did. When it
-/// `touches` a resource, `first` returns that resource's status columns (`RETURNING`), which
-/// the view shows once the change is committed.
+/// One change: `first` and, if it changed a row, `rest`; answered with whether it did, and with
+/// the row `first` returned when the caller `returns` it. When it `touches` a resource, `first`
+/// returns that resource's columns (`RETURNING`), which the view shows once the change is
+/// committed.
 struct Change {
     first: Statement,
     rest: Vec<Statement>,
     touches: Touches,
-    reply: oneshot::Sender<Result<bool, StoreError>>,
+    returns: bool,
+    reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
 /// The committers' handle; they end when it is dropped.
@@ -79,20 +81,23 @@ impl GroupCommit {
     }
 
     /// Runs `first` and, if it changed a row, `rest`, in the next batch; returns whether `first`
-    /// changed a row, once that batch is committed. When the change `touches` a resource,
-    /// `first` must return its [`STATUS_COLUMNS`](super::row::STATUS_COLUMNS).
+    /// changed a row, once that batch is committed, and when `returns`, the row it returned
+    /// (`None` when it was committed alone). When the change `touches` a resource, `first` must
+    /// return its [`STATUS_COLUMNS`](super::row::STATUS_COLUMNS) or all its columns.
     pub(super) async fn write(
         &self,
         first: Statement,
         rest: Vec<Statement>,
         touches: Touches,
-    ) -> Result<bool, StoreError> {
+        returns: bool,
+    ) -> Result<Outcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         let gone = || StoreError::Sqlite("the PostgreSQL committer has stopped".into());
         let change = Change {
             first,
             rest,
             touches,
+            returns,
             reply,
         };
         let committer = match &change.touches {
@@ -125,14 +130,20 @@ async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Ar
         }
         match commit(&pool, &mut session, &batch).await {
             Ok(Ok(rows)) => {
-                let changed: Vec<bool> = rows.iter().map(|(changed, _)| *changed).collect();
+                let answers: Vec<Outcome> = batch
+                    .iter()
+                    .zip(&rows)
+                    .map(|(change, (changed, row))| {
+                        (*changed, row.clone().filter(|_| change.returns))
+                    })
+                    .collect();
                 let seen = batch
                     .iter()
                     .zip(rows)
                     .map(|(change, (_, row))| Seen::new(change.touches.clone(), row));
                 view.publish(seen);
-                for (change, changed) in batch.drain(..).zip(changed) {
-                    let _ = change.reply.send(Ok(changed));
+                for (change, answer) in batch.drain(..).zip(answers) {
+                    let _ = change.reply.send(Ok(answer));
                 }
             }
             Ok(Err(commit_failed)) => {
@@ -152,16 +163,16 @@ async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Ar
                 view.publish(seen);
                 for change in batch.drain(..) {
                     let result = alone(&pool, &change.first, &change.rest).await;
-                    let _ = change.reply.send(result);
+                    let _ = change.reply.send(result.map(|changed| (changed, None)));
                 }
             }
         }
     }
 }
 
-/// What a committed change did: whether its first statement changed a row, and the status
-/// columns of the resource it touches, as it left them.
-type Outcome = (bool, Option<RowValues>);
+/// What a committed change did: whether its first statement changed a row, and the columns of
+/// the resource it touches, as it left them.
+pub(super) type Outcome = (bool, Option<RowValues>);
 
 /// A committer's connection, kept from batch to batch, and the statements prepared on it.
 struct Session {
@@ -428,10 +439,10 @@ mod tests {
                 // Changes only if the insert did: the second statement of a change.
                 let update = Statement::new("UPDATE t SET v = 'y' WHERE k = $1", vec![k.into()]);
                 let changed = group
-                    .write(insert, vec![update], Touches::Nothing)
+                    .write(insert, vec![update], Touches::Nothing, false)
                     .await
                     .unwrap();
-                assert!(changed);
+                assert!(changed.0);
                 // Another connection sees all of it as soon as the caller is answered.
                 let sql = "SELECT count(*) FROM t WHERE k = $1 AND v = 'y'";
                 assert_eq!(count(&pool, sql, k).await, 1, "change {k} answered early");
@@ -468,15 +479,17 @@ mod tests {
                     )],
                     _ => Vec::new(),
                 };
-                let first = group.write(insert, rest, Touches::Nothing).await;
+                let first = group.write(insert, rest, Touches::Nothing, false).await;
                 // A compare-and-set that misses: its second statement does not run.
                 let miss = Statement::new(
                     "UPDATE t SET v = 'y' WHERE k = $1 AND v = 'z'",
                     vec![k.into()],
                 );
                 let delete = Statement::new("DELETE FROM t WHERE k = $1", vec![k.into()]);
-                let second = group.write(miss, vec![delete], Touches::Nothing).await;
-                (first, second.unwrap())
+                let second = group
+                    .write(miss, vec![delete], Touches::Nothing, false)
+                    .await;
+                (first.map(|(changed, _)| changed), second.unwrap().0)
             }));
         }
         for (k, task) in (0..).zip(tasks) {
@@ -523,7 +536,10 @@ mod tests {
                     "INSERT INTO t (k, v) VALUES ($1, $2)",
                     vec![k.into(), (*value).into()],
                 );
-                group.write(insert, Vec::new(), Touches::Nothing).await
+                let written = group
+                    .write(insert, Vec::new(), Touches::Nothing, false)
+                    .await;
+                written.map(|(changed, _)| changed)
             }));
         }
         let mut results = Vec::new();
@@ -576,6 +592,7 @@ mod tests {
             first,
             rest,
             touches: Touches::Nothing,
+            returns: false,
             reply: oneshot::channel().0,
         }
     }
