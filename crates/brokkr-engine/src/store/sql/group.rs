@@ -41,10 +41,11 @@ use crate::store::StoreError;
 /// Most changes in one transaction: bounds how long a commit keeps its callers waiting.
 const MAX_BATCH: usize = 256;
 
-/// How many committers run at once, each on a connection of its own. One batch is a round trip
-/// per statement, one after the other: a single committer is bound by that latency, not by the
-/// database, once the machine is busy.
-const COMMITTERS: usize = 4;
+/// How many committers run at once, each on a connection of its own. A single committer is
+/// bound by its batches' latency (two round trips and a commit, one after the other), not by
+/// the database; more than two make more and smaller batches, each a commit (measured in
+/// docs/benchmarks.md: one, two and four).
+const COMMITTERS: usize = 2;
 
 /// One change: `first` and, if it changed a row, `rest`; answered with whether it did, and with
 /// the row `first` returned when the caller `returns` it. When it `touches` a resource, `first`
