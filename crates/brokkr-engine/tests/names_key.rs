@@ -3,11 +3,14 @@
 //! replica on one PostgreSQL store (`BROKKR_TEST_POSTGRES_URL`, as scripts/test sets it), even
 //! when they start together.
 
+mod support;
+
 use std::sync::Arc;
 
 use brokkr_engine::crypto::Keyring;
 use brokkr_engine::{Engine, EngineOptions, NAMES_KEY_SETTING, Store, connect};
 use serde_json::json;
+use support::{Backend, Place};
 
 /// The name `opaque_name('db_', 'instance-1')` gives on `engine`.
 async fn name_on(engine: &Engine) -> String {
@@ -50,21 +53,8 @@ async fn the_names_key_outlives_a_restart_and_a_key_rotation() {
 
 #[tokio::test]
 async fn replicas_on_one_postgres_store_share_the_names_key() {
-    let admin = std::env::var("BROKKR_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::any::AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(&admin)
-        .await
-        .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let sep = if admin.contains('?') { '&' } else { '?' };
-    let url = format!("{admin}{sep}options=-c%20search_path%3D{schema}");
+    let place = Place::new(Backend::Postgres).await;
+    let url = place.url.clone();
 
     let a = store(&url, Some(keyring())).await;
     let b = store(&url, Some(keyring())).await;
@@ -82,10 +72,6 @@ async fn replicas_on_one_postgres_store_share_the_names_key() {
         .unwrap();
     assert_ne!(stored, "x", "the key in force is kept");
 
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA \"{schema}\" CASCADE"
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
+    drop((a, b));
+    place.drop_schema().await;
 }

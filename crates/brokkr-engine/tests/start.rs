@@ -11,6 +11,12 @@ use brokkr_engine::{Key, NewStatus, OpKind, OpPlan, Operation, Status, Store};
 use serde_json::json;
 use support::{Backend, Place, instance};
 
+/// A deprovision with no steps, held by `test`.
+fn a_deprovision() -> Operation {
+    let plan = OpPlan::default();
+    Operation::new(OpKind::Deprovision, plan, None, 60_000, "test", 60_000)
+}
+
 async fn a_start_answers_with_the_resource_as_stored(backend: Backend) {
     let place = Place::new(backend).await;
     {
@@ -27,14 +33,7 @@ async fn a_start_answers_with_the_resource_as_stored(backend: Backend) {
         let (op, owner) = (&created.op.id, "test");
         assert!(store.finish(&key, op, owner, &ready, &[]).await.unwrap());
 
-        let deprovision = Operation::new(
-            OpKind::Deprovision,
-            OpPlan::default(),
-            None,
-            60_000,
-            "test",
-            60_000,
-        );
+        let deprovision = a_deprovision();
         let deleting = NewStatus::Set(Status::Deleted);
         let started = store
             .start(&key, &created.op.id, &deprovision, deleting)
@@ -47,15 +46,9 @@ async fn a_start_answers_with_the_resource_as_stored(backend: Backend) {
         assert_eq!(previous, Some(op.as_str()));
 
         // From the replaced operation: nothing.
-        let again = Operation::new(
-            OpKind::Deprovision,
-            OpPlan::default(),
-            None,
-            60_000,
-            "test",
-            60_000,
-        );
-        let stale = store.start(&key, &created.op.id, &again, deleting).await;
+        let stale = store
+            .start(&key, &created.op.id, &a_deprovision(), deleting)
+            .await;
         assert!(stale.unwrap().is_none());
         drop(store);
         // Read by another store on the database: nothing of the first one's memory.

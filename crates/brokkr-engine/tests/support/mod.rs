@@ -2,6 +2,9 @@
 //! as scripts/test sets it up; each test in a schema of its own, dropped afterwards), and an
 //! instance to put in it.
 
+// Each test file uses its part.
+#![allow(dead_code, unused_macros)]
+
 use brokkr_engine::store::SqlStore;
 use brokkr_engine::{Attrs, Key, OpKind, OpPlan, Operation, Resource};
 
