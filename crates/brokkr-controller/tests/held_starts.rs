@@ -7,7 +7,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use axum::http::StatusCode;
-use brokkr_controller::resources::ServiceInstance;
+use brokkr_controller::resources::{ServiceBinding, ServiceInstance};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
@@ -137,4 +137,89 @@ async fn a_controller_that_dies_holding_a_start_repeats_the_identical_request_on
         2,
         "the binding's ids recorded, then Ready"
     );
+}
+
+/// A broker whose operations are in progress while the flag is set (clear at first), the
+/// controllers, and a ServiceBinding `app` of an instance `db`, both Ready.
+async fn bound() -> (Arc<Mutex<bool>>, Broker, Cluster) {
+    let busy = Arc::new(Mutex::new(false));
+    let broker = asynchronous_broker(busy.clone()).await;
+    let cluster = Cluster::start(&broker).await;
+    cluster.create_instance("default", "db", json!({}));
+    cluster.ready("default", "db").await;
+    let bind = json!({"apiVersion": API, "kind": "ServiceBinding",
+        "metadata": {"name": "app", "namespace": "default"},
+        "spec": {"instanceRef": {"name": "db"}}});
+    cluster.fake.create(bind);
+    cluster
+        .eventually("the binding Ready", || {
+            let binding = cluster
+                .fake
+                .get(API, "ServiceBinding", Some("default"), "app")?;
+            (support::condition(&binding, "Ready")?["status"] == "True").then_some(())
+        })
+        .await;
+    (busy, broker, cluster)
+}
+
+/// Deletes the ServiceBinding `app` while its unbind is in progress, and waits for a poll of it.
+async fn unbind_in_progress(busy: &Mutex<bool>, broker: &Broker, cluster: &Cluster) {
+    *busy.lock().unwrap() = true;
+    let bind_polls = broker.seen_verb("BINDING_POLL").len();
+    Api::<ServiceBinding>::namespaced(cluster.fake.client(), "default")
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster
+        .eventually("the unbind polled", || {
+            let unbound = !broker.seen_verb("UNBIND").is_empty();
+            (unbound && broker.seen_verb("BINDING_POLL").len() > bind_polls).then_some(())
+        })
+        .await;
+}
+
+async fn binding_gone(cluster: &Cluster) {
+    cluster
+        .eventually("the binding gone", || {
+            let binding = cluster
+                .fake
+                .get(API, "ServiceBinding", Some("default"), "app");
+            binding.is_none().then_some(())
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_short_unbind_writes_its_end_and_not_its_start() {
+    let (busy, broker, cluster) = bound().await;
+    let before = status_writes(&cluster, "servicebindings");
+    unbind_in_progress(&busy, &broker, &cluster).await;
+    *busy.lock().unwrap() = false;
+    binding_gone(&cluster).await;
+    assert_eq!(broker.seen_verb("UNBIND").len(), 1);
+    assert_eq!(
+        status_writes(&cluster, "servicebindings") - before,
+        1,
+        "only the unbind's end, before the finalizer goes"
+    );
+}
+
+#[tokio::test]
+async fn a_controller_that_dies_holding_an_unbinds_start_unbinds_again() {
+    let (busy, broker, mut cluster) = bound().await;
+    unbind_in_progress(&busy, &broker, &cluster).await;
+    cluster.restart_controllers().await;
+    cluster
+        .eventually("the unbind asked again", || {
+            (broker.seen_verb("UNBIND").len() == 2).then_some(())
+        })
+        .await;
+    *busy.lock().unwrap() = false;
+    binding_gone(&cluster).await;
+    let unbinds: Vec<String> = broker
+        .seen_verb("UNBIND")
+        .into_iter()
+        .map(|s| format!("{} {}?{}", s.method, s.path, s.query))
+        .collect();
+    assert_eq!(unbinds[0], unbinds[1], "the identical request");
 }

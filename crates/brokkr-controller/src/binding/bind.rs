@@ -122,15 +122,10 @@ impl Reconcile<'_> {
                     "Binding",
                     "The binding is being created asynchronously",
                 );
-                if response.retry_after.is_none() {
-                    // Asked at once, the broker says how the bind is going (or that it is
-                    // done): one status write for both; should that fail, the start alone.
-                    let started = self.status.clone();
-                    match self.poll(instance, resolved).await {
-                        Ok(action) => return Ok(action),
-                        Err(e) => tracing::debug!(error = %e, "the first poll of a bind"),
-                    }
-                    self.status = started;
+                if response.retry_after.is_none()
+                    && let Some(action) = self.poll_at_once(instance, resolved).await
+                {
+                    return Ok(action);
                 }
                 self.write_status().await?;
                 Ok(Action::requeue(

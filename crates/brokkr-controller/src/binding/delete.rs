@@ -106,10 +106,11 @@ impl Reconcile<'_> {
                 return Ok(action);
             }
         }
-        self.write_status().await?;
         if self.status.async_op_in_progress {
+            // The poll writes what it finds, or holds a young unbind's start.
             return self.poll(&instance, &resolved).await;
         }
+        self.write_status().await?;
         if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
             return Ok(Action::requeue(platform::STALE_RETRY));
         }
@@ -152,6 +153,11 @@ impl Reconcile<'_> {
                     "Unbinding",
                     "The binding is being deleted asynchronously",
                 );
+                if response.retry_after.is_none()
+                    && let Some(action) = self.poll_at_once(instance, resolved).await
+                {
+                    return Ok(action);
+                }
                 self.write_status().await?;
                 Ok(Action::requeue(
                     response.retry_after.unwrap_or(Duration::from_secs(1)),

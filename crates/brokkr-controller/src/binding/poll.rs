@@ -17,6 +17,26 @@ use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance
 use crate::status::HOLD_START_FOR;
 
 impl Reconcile<'_> {
+    /// Polls the bind or unbind the broker has just accepted without a `Retry-After`: asked at
+    /// once, it says how the operation is going (or that it is done), and one status write serves
+    /// for both — none while a young operation's start is held. `None` when that poll failed:
+    /// the status is as it was before it, for the caller to write the start alone.
+    pub(super) async fn poll_at_once(
+        &mut self,
+        instance: &ServiceInstance,
+        resolved: &Resolved,
+    ) -> Option<Action> {
+        let started = self.status.clone();
+        match self.poll(instance, resolved).await {
+            Ok(action) => Some(action),
+            Err(e) => {
+                tracing::debug!(error = %e, "the first poll of an operation");
+                self.status = started;
+                None
+            }
+        }
+    }
+
     /// Polls the bind or unbind in progress.
     pub(super) async fn poll(
         &mut self,
