@@ -120,6 +120,16 @@ async fn a_controller_that_dies_holding_a_start_repeats_the_identical_request_on
         .collect();
     assert_eq!(puts.len(), 2, "once by each controller");
     assert_eq!(puts[0], puts[1], "the identical request");
+    bind_app(&cluster).await;
+    assert_eq!(
+        status_writes(&cluster, "servicebindings"),
+        2,
+        "the binding's ids recorded, then Ready"
+    );
+}
+
+/// Creates a ServiceBinding `app` of the instance `db` and waits until it is Ready.
+async fn bind_app(cluster: &Cluster) {
     let bind = json!({"apiVersion": API, "kind": "ServiceBinding",
         "metadata": {"name": "app", "namespace": "default"},
         "spec": {"instanceRef": {"name": "db"}}});
@@ -132,11 +142,6 @@ async fn a_controller_that_dies_holding_a_start_repeats_the_identical_request_on
             (support::condition(&binding, "Ready")?["status"] == "True").then_some(())
         })
         .await;
-    assert_eq!(
-        status_writes(&cluster, "servicebindings"),
-        2,
-        "the binding's ids recorded, then Ready"
-    );
 }
 
 /// A broker whose operations are in progress while the flag is set (clear at first), the
@@ -147,18 +152,7 @@ async fn bound() -> (Arc<Mutex<bool>>, Broker, Cluster) {
     let cluster = Cluster::start(&broker).await;
     cluster.create_instance("default", "db", json!({}));
     cluster.ready("default", "db").await;
-    let bind = json!({"apiVersion": API, "kind": "ServiceBinding",
-        "metadata": {"name": "app", "namespace": "default"},
-        "spec": {"instanceRef": {"name": "db"}}});
-    cluster.fake.create(bind);
-    cluster
-        .eventually("the binding Ready", || {
-            let binding = cluster
-                .fake
-                .get(API, "ServiceBinding", Some("default"), "app")?;
-            (support::condition(&binding, "Ready")?["status"] == "True").then_some(())
-        })
-        .await;
+    bind_app(&cluster).await;
     (busy, broker, cluster)
 }
 
