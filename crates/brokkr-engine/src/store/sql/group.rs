@@ -3,7 +3,7 @@
 //! Over sqlx, each change of the hot path (creating a resource, starting an operation, saving
 //! its progress, outputs and end, its events, releasing it) was a transaction of its own: a
 //! round trip per statement plus `BEGIN` and `COMMIT`, and a WAL flush per change. Here those
-//! changes go to one of [`COMMITTERS`] tasks, each on a pooled connection, chosen by the
+//! changes go to one of [`COMMITTERS`] tasks, each on a connection of its own, chosen by the
 //! resource's instance. Whenever a committer is free it takes every change waiting for it, up to
 //! [`MAX_BATCH`], runs them in order in one transaction, commits it once, and only then answers
 //! each caller, so that a caller still hears of its change only once it is committed. Alone, a
@@ -13,8 +13,9 @@
 //! A batch costs two round trips whatever its size: `BEGIN` and the first statement of every
 //! change in one query, then the statements of the changes whose first statement changed a row,
 //! and `COMMIT`, in another. Both are queries of several statements, which PostgreSQL's simple
-//! query protocol runs in one message but without parameters: the arguments are written in as
-//! typed literals ([`Statement::inline`]).
+//! query protocol runs in one message but without parameters: each statement is prepared once on
+//! the committer's connection, its parameters typed as they are bound, and run as an `EXECUTE`
+//! with its arguments written in as literals ([`Statement::literals`]).
 //!
 //! A change is a compare-and-set statement and the statements that stand only if it changed a
 //! row ([`SqlStore::write`](super::SqlStore)): a change whose first statement changes nothing
@@ -135,7 +136,7 @@ async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Ar
                     .iter()
                     .zip(&rows)
                     .map(|(change, (changed, row))| {
-                        (*changed, row.clone().filter(|_| change.returns))
+                        (*changed, row.as_ref().filter(|_| change.returns).cloned())
                     })
                     .collect();
                 let seen = batch
@@ -178,16 +179,8 @@ pub(super) type Outcome = (bool, Option<RowValues>);
 /// A committer's connection, kept from batch to batch, and the statements prepared on it.
 struct Session {
     conn: PoolConnection<Any>,
-    /// The names of the statements prepared here, by their text, then by their arguments' types.
-    prepared: HashMap<String, Vec<(String, String)>>,
-    count: usize,
-}
-
-/// Statements a batch prepares before it runs, named, with the `PREPARE`s that make them.
-#[derive(Default)]
-struct Preparing {
-    named: Vec<(String, String, String)>,
-    prepares: Vec<String>,
+    /// The names of the statements prepared here, by their text and their arguments' types.
+    prepared: HashMap<(String, String), String>,
 }
 
 impl Session {
@@ -195,50 +188,27 @@ impl Session {
         Ok(Self {
             conn: pool.acquire().await?,
             prepared: HashMap::new(),
-            count: 0,
         })
     }
 
-    /// `EXECUTE` of `statement` with its arguments written in; when it is not prepared on this
-    /// connection yet, its `PREPARE` goes to `preparing`. `None` when an argument cannot be
-    /// written as a literal.
-    fn execute(&self, statement: &Statement, preparing: &mut Preparing) -> Option<String> {
+    /// `EXECUTE` of `statement` with its arguments written in; a statement not prepared on this
+    /// connection yet is named, and its `PREPARE` goes to `prepares`, to run before it. It
+    /// counts as prepared from then on: a batch that fails closes its session. `None` when an
+    /// argument cannot be written as a literal.
+    fn execute(&mut self, statement: &Statement, prepares: &mut Vec<String>) -> Option<String> {
         let literals = statement.literals()?;
-        let types = statement.types();
-        let prepared = self.prepared.get(statement.sql()).into_iter().flatten();
-        let batch = preparing
-            .named
-            .iter()
-            .filter(|(sql, _, _)| sql == statement.sql())
-            .map(|(_, types, name)| (types, name));
-        let known = prepared
-            .map(|(types, name)| (types, name))
-            .chain(batch)
-            .find(|(known, _)| **known == types);
-        if let Some((_, name)) = known {
-            return Some(format!("EXECUTE {name}{literals}"));
-        }
-        let name = format!("brokkr_{}", self.count + preparing.named.len());
-        let parameters = match types.as_str() {
-            "" => String::new(),
-            types => format!(" ({types})"),
-        };
-        preparing
-            .prepares
-            .push(format!("PREPARE {name}{parameters} AS {}", statement.sql()));
-        let execute = format!("EXECUTE {name}{literals}");
-        preparing
-            .named
-            .push((statement.sql().to_owned(), types, name));
-        Some(execute)
-    }
-
-    /// Remembers what a batch that ran prepared.
-    fn prepared(&mut self, preparing: Preparing) {
-        for (sql, types, name) in preparing.named {
-            self.prepared.entry(sql).or_default().push((types, name));
-            self.count += 1;
-        }
+        let count = self.prepared.len();
+        let key = (statement.sql().to_owned(), statement.types());
+        let name = self.prepared.entry(key).or_insert_with_key(|(sql, types)| {
+            let name = format!("brokkr_{count}");
+            let parameters = match types.as_str() {
+                "" => String::new(),
+                types => format!(" ({types})"),
+            };
+            prepares.push(format!("PREPARE {name}{parameters} AS {sql}"));
+            name
+        });
+        Some(format!("EXECUTE {name}{literals}"))
     }
 }
 
@@ -275,30 +245,27 @@ async fn commit_on(
     batch: &[Change],
 ) -> Result<Result<Vec<Outcome>, sqlx::Error>, sqlx::Error> {
     let unwritable = || sqlx::Error::Protocol("a value PostgreSQL's text cannot hold".into());
-    let mut preparing = Preparing::default();
+    let mut prepares = Vec::new();
     let firsts = batch
         .iter()
-        .map(|change| open.execute(&change.first, &mut preparing))
+        .map(|change| open.execute(&change.first, &mut prepares))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(unwritable)?;
-    let prepares = std::mem::take(&mut preparing.prepares);
     let outcomes = firsts_in_transaction(&mut open.conn, batch, &prepares, &firsts).await?;
+    prepares.clear();
     let rests = batch
         .iter()
         .zip(&outcomes)
         .filter(|(_, (changed, _))| *changed)
         .flat_map(|(change, _)| change.rest.iter())
-        .map(|statement| open.execute(statement, &mut preparing))
+        .map(|statement| open.execute(statement, &mut prepares))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(unwritable)?;
-    let statements = preparing.prepares.len() + rests.len();
-    let mut sql = preparing.prepares.join(";\n");
-    for statement in rests.iter().map(String::as_str).chain(["COMMIT"]) {
-        if !sql.is_empty() {
-            sql.push_str(";\n");
-        }
-        sql.push_str(statement);
-    }
+    let statements = prepares.len() + rests.len();
+    let sql = (prepares.iter().chain(&rests).map(String::as_str))
+        .chain(["COMMIT"])
+        .collect::<Vec<_>>()
+        .join(";\n");
     let mut results = sqlx::raw_sql(AssertSqlSafe(sql)).execute_many(&mut *open.conn);
     let mut done = 0;
     while let Some(result) = results.next().await {
@@ -310,8 +277,6 @@ async fn commit_on(
             Err(commit_failed) => return Ok(Err(commit_failed)),
         }
     }
-    drop(results);
-    open.prepared(preparing);
     Ok(Ok(outcomes))
 }
 
@@ -620,11 +585,15 @@ mod tests {
         let outcomes = commit(&pool, &mut session, &batch).await.unwrap().unwrap();
         let changed: Vec<bool> = outcomes.iter().map(|(changed, _)| *changed).collect();
         assert_eq!(changed, [true, true, false]);
-        assert_eq!(session.as_ref().map(|s| s.count), Some(2));
+        assert_eq!(session.as_ref().map(|s| s.prepared.len()), Some(2));
         let batch = vec![change(update(2, "x+"), Vec::new())];
         let outcomes = commit(&pool, &mut session, &batch).await.unwrap().unwrap();
         assert!(outcomes[0].0);
-        assert_eq!(session.as_ref().map(|s| s.count), Some(2), "prepared again");
+        assert_eq!(
+            session.as_ref().map(|s| s.prepared.len()),
+            Some(2),
+            "prepared again"
+        );
         let rows = sqlx::query("SELECT v FROM t ORDER BY k")
             .fetch_all(&pool)
             .await
