@@ -2,10 +2,10 @@
 //!
 //! A new resource is prepared (its registry computed, what could never work refused) and created
 //! with its first operation. Most requests create, so a request that could tries that first, and
-//! reads the resource only when it exists. A request repeated while the resource exists is answered from it:
-//! the running operation (or, for a synchronous request, its end), the resource itself once
-//! ready, or a new attempt after a failed one — which keeps the attributes and registry the
-//! resource was created with. A request whose attributes differ (context aside) is a conflict.
+//! reads the resource only when it exists. A request repeated while the resource exists is
+//! answered from it: the running operation (or, for a synchronous request, its end), the resource
+//! itself once ready, or a new attempt after a failed one — which keeps the attributes and
+//! registry the resource was created with. A request whose attributes differ (context aside) is a conflict.
 //! A race lost to another request is decided against the winner, up to three times.
 
 use axum::http::StatusCode;

@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt as _};
 use serde::Serialize;
@@ -119,7 +119,7 @@ impl Written {
     /// (the version the write was made from).
     pub fn record<K: Resource>(&self, before: &K, written: &K) {
         let meta = written.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+        let Some((uid, version)) = uid_and_version(meta) else {
             return;
         };
         let mut table = self.0.lock().expect("lock");
@@ -162,7 +162,7 @@ impl Written {
         match event {
             watcher::Event::Apply(object) => {
                 let meta = object.meta();
-                let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+                let Some((uid, version)) = uid_and_version(meta) else {
                     return;
                 };
                 let mut table = self.0.lock().expect("lock");
@@ -192,7 +192,7 @@ impl Written {
             // A relist replaces the cache at its end; it places no version but the last write.
             watcher::Event::InitApply(object) => {
                 let meta = object.meta();
-                let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+                let Some((uid, version)) = uid_and_version(meta) else {
                     return;
                 };
                 if let Some(entry) = self.0.lock().expect("lock").objects.get_mut(uid)
@@ -208,7 +208,7 @@ impl Written {
     /// Whether `object` is the version of this process's last write of it.
     pub fn is_last<K: Resource>(&self, object: &K) -> bool {
         let meta = object.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+        let Some((uid, version)) = uid_and_version(meta) else {
             return false;
         };
         self.0
@@ -222,7 +222,7 @@ impl Written {
     /// What is known of `object`'s version.
     pub fn freshness<K: Resource>(&self, object: &K) -> Freshness {
         let meta = object.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+        let Some((uid, version)) = uid_and_version(meta) else {
             return Freshness::Unknown;
         };
         match self.0.lock().expect("lock").objects.get(uid) {
@@ -285,6 +285,11 @@ impl Versions {
     }
 }
 
+/// An object's uid and version, which every object the API server serves has.
+fn uid_and_version(meta: &ObjectMeta) -> Option<(&String, &String)> {
+    meta.uid.as_ref().zip(meta.resource_version.as_ref())
+}
+
 /// How long an operation's start may stay unwritten: one that ends sooner costs no status
 /// write of its start, only of its end.
 pub const HOLD_START_FOR: Duration = Duration::from_secs(5);
@@ -322,10 +327,27 @@ impl<S> Default for Held<S> {
 }
 
 impl<S: Clone + PartialEq> Held<S> {
+    /// Holds `status`, the start of an operation `elapsed` old, for `object`, unless the
+    /// operation is no longer young ([`HOLD_START_FOR`]) or its start is already written
+    /// (`written`): then it is for the caller to write, and this says false.
+    pub fn hold_start<K: Resource>(
+        &self,
+        object: &K,
+        written: bool,
+        elapsed: Duration,
+        status: &S,
+    ) -> bool {
+        if written || elapsed >= HOLD_START_FOR {
+            return false;
+        }
+        self.hold(object, status.clone());
+        true
+    }
+
     /// Holds `status` for `object`.
-    pub fn hold<K: Resource>(&self, object: &K, status: S) {
+    fn hold<K: Resource>(&self, object: &K, status: S) {
         let meta = object.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+        let Some((uid, version)) = uid_and_version(meta) else {
             return;
         };
         let mut held = self.0.lock().expect("lock");

@@ -14,7 +14,6 @@ use crate::instance::instance_id;
 use crate::instance::resolve::Resolved;
 use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
-use crate::status::HOLD_START_FOR;
 
 impl Reconcile<'_> {
     /// Polls the bind or unbind the broker has just accepted without a `Retry-After`: asked at
@@ -94,12 +93,12 @@ impl Reconcile<'_> {
                     .status
                     .as_ref()
                     .is_some_and(|s| s.async_op_in_progress);
-                if !written && elapsed < HOLD_START_FOR {
-                    // Young: its start is written only if it lasts (most end before).
+                // Young, its start is written only if it lasts (most end before).
+                let held =
                     self.ctx
                         .held_bindings
-                        .hold(self.binding, self.status.clone());
-                } else {
+                        .hold_start(self.binding, written, elapsed, &self.status);
+                if !held {
                     self.write_status().await?;
                 }
                 Ok(Action::requeue(

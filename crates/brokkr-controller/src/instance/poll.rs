@@ -13,7 +13,6 @@ use crate::resources::{
     ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
-use crate::status::HOLD_START_FOR;
 use crate::{Context, platform};
 
 /// Polls the operation in progress.
@@ -84,10 +83,11 @@ pub(super) async fn poll(
                 .status
                 .as_ref()
                 .is_some_and(|s| s.async_op_in_progress);
-            if !written && elapsed < HOLD_START_FOR {
-                // Young: its start is written only if it lasts (most end before).
-                ctx.held_instances.hold(instance, status);
-            } else {
+            // Young, its start is written only if it lasts (most end before).
+            if !ctx
+                .held_instances
+                .hold_start(instance, written, elapsed, &status)
+            {
                 write_status(instance, ctx, &status).await?;
             }
             Ok(Action::requeue(
