@@ -21,12 +21,14 @@ use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::Keyring;
 use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
 
+mod batched_reads;
 mod group;
 mod orphans;
 mod readers;
 mod released;
 mod row;
 mod schema;
+mod session;
 mod statement;
 mod view;
 mod writer;
@@ -34,6 +36,7 @@ mod writer;
 use std::sync::Arc;
 use std::time::Duration;
 
+use batched_reads::BatchedReads;
 use group::GroupCommit;
 use readers::Readers;
 use row::{
@@ -68,6 +71,8 @@ pub struct SqlStore {
     view: Option<Arc<View>>,
     /// For PostgreSQL: the task that commits the hot path's changes in groups.
     group: Option<GroupCommit>,
+    /// For PostgreSQL: the tasks that read one resource, in batches.
+    reads: Option<BatchedReads>,
     /// For PostgreSQL: woken when a replica released operations (see `released`).
     released: Arc<Notify>,
     /// For PostgreSQL: stops listening for releases when the store is dropped.
@@ -179,7 +184,7 @@ impl SqlStore {
         let pool = options.connect(&url).await?;
         let view = Arc::new(View::new());
         let released = Arc::new(Notify::new());
-        let (group, listening) = match dialect {
+        let (group, reads, listening) = match dialect {
             Dialect::Postgres => {
                 let schema: String = sqlx::query("SELECT current_schema()::text")
                     .fetch_one(&pool)
@@ -193,9 +198,10 @@ impl SqlStore {
                     stop.clone(),
                 ));
                 let group = GroupCommit::start(&pool, &view);
-                (Some(group), Some(stop.drop_guard()))
+                let reads = BatchedReads::start(&pool);
+                (Some(group), Some(reads), Some(stop.drop_guard()))
             }
-            Dialect::Sqlite => (None, None),
+            Dialect::Sqlite => (None, None, None),
         };
         // The pool's first connection has created the file.
         let path = match dialect {
@@ -212,6 +218,7 @@ impl SqlStore {
             readers: path.map(Readers::new),
             view: (dialect == Dialect::Postgres || path.is_some()).then_some(view),
             group,
+            reads,
             released,
             _listening: listening,
             _lock: lock,
@@ -364,6 +371,10 @@ impl SqlStore {
                 let row = RowValues::read(conn, key, status_only)?;
                 row.map(|row| self.decode(&row, status_only)).transpose()
             });
+        }
+        if let Some(reads) = &self.reads {
+            let row = reads.read(key, status_only).await?;
+            return row.map(|row| self.decode(&row, status_only)).transpose();
         }
         let sql = if status_only {
             &SELECT_STATUS

@@ -26,15 +26,14 @@
 //! while the server may have committed, is reported to every caller of the batch, as a failed
 //! commit of its own transaction was before.
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Either};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Either};
 use tokio::sync::{mpsc, oneshot};
 
+use super::session::Session;
 use super::statement::Statement;
 use super::view::{RowValues, Seen, Touches, View};
 use crate::store::StoreError;
@@ -176,42 +175,6 @@ async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Ar
 /// the resource it touches, as it left them.
 pub(super) type Outcome = (bool, Option<RowValues>);
 
-/// A committer's connection, kept from batch to batch, and the statements prepared on it.
-struct Session {
-    conn: PoolConnection<Any>,
-    /// The names of the statements prepared here, by their text and their arguments' types.
-    prepared: HashMap<(String, String), String>,
-}
-
-impl Session {
-    async fn open(pool: &AnyPool) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            conn: pool.acquire().await?,
-            prepared: HashMap::new(),
-        })
-    }
-
-    /// `EXECUTE` of `statement` with its arguments written in; a statement not prepared on this
-    /// connection yet is named, and its `PREPARE` goes to `prepares`, to run before it. It
-    /// counts as prepared from then on: a batch that fails closes its session. `None` when an
-    /// argument cannot be written as a literal.
-    fn execute(&mut self, statement: &Statement, prepares: &mut Vec<String>) -> Option<String> {
-        let literals = statement.literals()?;
-        let count = self.prepared.len();
-        let key = (statement.sql().to_owned(), statement.types());
-        let name = self.prepared.entry(key).or_insert_with_key(|(sql, types)| {
-            let name = format!("brokkr_{count}");
-            let parameters = match types.as_str() {
-                "" => String::new(),
-                types => format!(" ({types})"),
-            };
-            prepares.push(format!("PREPARE {name}{parameters} AS {sql}"));
-            name
-        });
-        Some(format!("EXECUTE {name}{literals}"))
-    }
-}
-
 /// Runs `batch` in one transaction on the committer's `session` (opened when there is none), in
 /// two round trips: `BEGIN` and every change's first statement in one query, then the rest of
 /// the changes whose first statement changed a row, and `COMMIT`, in another. Both are queries
@@ -232,9 +195,9 @@ async fn commit(
     };
     let result = commit_on(open, batch).await;
     if !matches!(result, Ok(Ok(_)))
-        && let Some(mut closing) = session.take()
+        && let Some(closing) = session.take()
     {
-        closing.conn.close_on_drop();
+        closing.close();
     }
     result
 }
