@@ -106,14 +106,8 @@ impl BatchedReads {
 async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Read>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut session = None;
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(read) => batch.push(read),
-                Err(_) => break,
-            }
-        }
+    // Waits for one, then takes every one waiting; 0 once the store is gone.
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         match read_batch(&pool, &mut session, &batch).await {
             Ok(rows) => {
                 for (read, row) in batch.drain(..).zip(rows) {

@@ -121,14 +121,8 @@ impl GroupCommit {
 async fn run(pool: AnyPool, mut queue: mpsc::UnboundedReceiver<Change>, view: Arc<View>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut session = None;
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(change) => batch.push(change),
-                Err(_) => break,
-            }
-        }
+    // Waits for one, then takes every one waiting; 0 once the store is gone.
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         match commit(&pool, &mut session, &batch).await {
             Ok(Ok(rows)) => {
                 let answers: Vec<Outcome> = batch
