@@ -322,13 +322,17 @@ async fn unbind(
     let service_id = query.required("service_id")?;
     let plan_id = query.required("plan_id")?;
     let key = Key::binding(&instance_id, &binding_id);
+    let instance_key = Key::instance(&instance_id);
     let store = broker.engine.store();
     for _ in 0..3 {
-        let Some(current) = store.get(&key).await? else {
+        // Read together (on PostgreSQL, at the same time rather than one after the other). Of
+        // the instance only its status and plan are asked: the writer's view has them without a
+        // read.
+        let (current, instance) =
+            tokio::try_join!(store.get(&key), store.get_status(&instance_key, None))?;
+        let Some(current) = current else {
             return Ok(json_response(StatusCode::GONE, &json!({})));
         };
-        // Only its status and plan are asked: the writer's view has them without a read.
-        let instance = store.get_status(&Key::instance(&instance_id), None).await?;
         // An unbind that skipped steps may be repeated, while its instance lives: it tries
         // those steps again.
         let finished = current.status == Status::Deleted && !current.op.in_progress();
