@@ -4,13 +4,14 @@
 //! row locking clause used when claiming due operations. The hot path's changes are committed in
 //! groups on both: on a SQLite file by one writer thread on a plain rusqlite connection
 //! (`writer`), which also reads one resource in the caller's thread (`readers`); on PostgreSQL by
-//! a committer task on a connection of sqlx's `Any` pool (`group`). Each keeps the rows it
-//! changed lately in memory (`view`): SQLite answers every read of them from there, PostgreSQL,
-//! which other replicas change too, only `last_operation` for the operation asked about. On
-//! PostgreSQL, a release is announced to every replica (`released`). The rest goes through sqlx.
-//! Timestamps are milliseconds since the Unix epoch; JSON is stored as text. The tables and their
-//! migrations are in `schema`, how a resource is a row (columns, sealing, decoding) in `row`, the
-//! orphans table in `orphans`.
+//! committer tasks on connections of sqlx's `Any` pool (`group`), where reads of one resource go
+//! in batches too (`batched_reads`; both keep their prepared statements in a `session`). Each
+//! keeps the rows it changed lately in memory (`view`): SQLite answers every read of them from
+//! there, PostgreSQL, which other replicas change too, only `last_operation` for the operation
+//! asked about. On PostgreSQL, a release is announced to every replica (`released`). The rest
+//! goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON is stored as text.
+//! The tables and their migrations are in `schema`, how a resource is a row (columns, sealing,
+//! decoding) in `row`, the orphans table in `orphans`.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
