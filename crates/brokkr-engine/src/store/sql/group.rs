@@ -12,7 +12,8 @@
 //!
 //! A batch costs two round trips whatever its size: `BEGIN` and the first statement of every
 //! change in one query, then the statements of the changes whose first statement changed a row,
-//! and `COMMIT`, in another. Both are queries of several statements, which PostgreSQL's simple
+//! and `COMMIT`, in another; one round trip when every change of the batch is one statement
+//! (`COMMIT` then ends the first query). Both are queries of several statements, which PostgreSQL's simple
 //! query protocol runs in one message but without parameters: each statement is prepared once on
 //! the committer's connection, its parameters typed as they are bound, and run as an `EXECUTE`
 //! with its arguments written in as literals ([`Statement::literals`]).
@@ -171,11 +172,11 @@ pub(super) type Outcome = (bool, Option<RowValues>);
 
 /// Runs `batch` in one transaction on the committer's `session` (opened when there is none), in
 /// two round trips: `BEGIN` and every change's first statement in one query, then the rest of
-/// the changes whose first statement changed a row, and `COMMIT`, in another. Both are queries
-/// of several statements, which PostgreSQL's simple query protocol runs in one message but
-/// without parameters: each statement is prepared once on the connection (`PREPARE`, its
-/// arguments typed as they are bound) and run as an `EXECUTE` with its arguments written in
-/// ([`Statement::literals`]). `Err` when a statement failed or a value cannot be written as a
+/// the changes whose first statement changed a row, and `COMMIT`, in another (in the first when
+/// every change is one statement). Both are queries of several statements, which PostgreSQL's
+/// simple query protocol runs in one message but without parameters: each statement is prepared
+/// once on the connection (`PREPARE`, its arguments typed as they are bound) and run as an
+/// `EXECUTE` with its arguments written in ([`Statement::literals`]). `Err` when a statement failed or a value cannot be written as a
 /// literal (nothing was committed); `Ok(Err)` when the commit failed; else what each change
 /// did. After a failure the session is closed, which also ends its transaction.
 async fn commit(
@@ -208,7 +209,14 @@ async fn commit_on(
         .map(|change| open.execute(&change.first, &mut prepares))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(unwritable)?;
-    let outcomes = firsts_in_transaction(&mut open.conn, batch, &prepares, &firsts).await?;
+    // A batch whose changes are one statement each commits in the same query.
+    let single = batch.iter().all(|change| change.rest.is_empty());
+    let outcomes =
+        match firsts_in_transaction(&mut open.conn, batch, &prepares, &firsts, single).await? {
+            Ok(outcomes) if single => return Ok(Ok(outcomes)),
+            Ok(outcomes) => outcomes,
+            Err(commit_failed) => return Ok(Err(commit_failed)),
+        };
     prepares.clear();
     let rests = batch
         .iter()
@@ -238,25 +246,45 @@ async fn commit_on(
 }
 
 /// Runs `prepares`, begins a transaction and runs the first statement of each change of
-/// `batch` (`firsts`), in one query on `conn`; returns what each change did.
+/// `batch` (`firsts`), in one query on `conn`; returns what each change did. With `commit` (no
+/// change of the batch has more statements), `COMMIT` ends the same query, and `Ok(Err)` says
+/// that the commit failed, or the connection did once every statement had run: the server may
+/// have committed. `Err` when a statement failed, or anything did before `COMMIT` was sent:
+/// nothing was committed.
 async fn firsts_in_transaction(
     conn: &mut AnyConnection,
     batch: &[Change],
     prepares: &[String],
     firsts: &[String],
-) -> Result<Vec<Outcome>, sqlx::Error> {
+    commit: bool,
+) -> Result<Result<Vec<Outcome>, sqlx::Error>, sqlx::Error> {
     let mut statements = prepares.to_vec();
     statements.push("BEGIN".into());
     statements.extend_from_slice(firsts);
+    if commit {
+        statements.push("COMMIT".into());
+    }
     let mut results = sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).fetch_many(conn);
     let mut outcomes = Vec::with_capacity(batch.len());
-    // Results come statement after statement: the `PREPARE`s and `BEGIN`, then the changes'.
+    // Results come statement after statement: the `PREPARE`s and `BEGIN`, then the changes',
+    // then `COMMIT`'s.
     let mut before = prepares.len() + 1;
     let mut returned = None;
+    let mut committed = false;
     while let Some(result) = results.next().await {
-        match result? {
+        let result = match result {
+            Ok(result) => result,
+            // A statement the server refused: it skipped the rest, `COMMIT` too.
+            Err(failed @ sqlx::Error::Database(_)) if outcomes.len() < batch.len() => {
+                return Err(failed);
+            }
+            Err(failed) if !commit => return Err(failed),
+            Err(commit_failed) => return Ok(Err(commit_failed)),
+        };
+        match result {
             Either::Right(row) => returned = returned.or(Some(row)),
             Either::Left(_) if before > 0 => before -= 1,
+            Either::Left(_) if commit && outcomes.len() == batch.len() => committed = true,
             Either::Left(done) => {
                 let change = batch
                     .get(outcomes.len())
@@ -277,7 +305,10 @@ async fn firsts_in_transaction(
             "fewer results than statements".into(),
         ));
     }
-    Ok(outcomes)
+    if commit && !committed {
+        return Ok(Err(sqlx::Error::Protocol("no answer to COMMIT".into())));
+    }
+    Ok(Ok(outcomes))
 }
 
 /// Runs `first` and, if it changed a row, `rest`, in a transaction of their own (one statement
@@ -527,6 +558,45 @@ mod tests {
     fn update(k: i64, from: &str) -> Statement {
         let sql = "UPDATE t SET v = v || '+' WHERE k = $1 AND v = $2";
         Statement::new(sql, vec![k.into(), from.into()])
+    }
+
+    /// A constraint checked at `COMMIT` fails the commit itself, whether the batch commits in
+    /// its first query (every change one statement) or in its second: every caller hears that
+    /// the commit failed, nothing stays, and the session is closed.
+    #[tokio::test]
+    async fn a_failed_commit_fails_the_whole_batch_in_one_round_trip_or_two() {
+        let (pool, drop_schema) = table().await;
+        let deferred = "ALTER TABLE t ADD CONSTRAINT t_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED";
+        sqlx::query(deferred).execute(&pool).await.unwrap();
+        let same =
+            |k: i64| Statement::new("INSERT INTO t (k, v) VALUES ($1, 'same')", vec![k.into()]);
+        let mut session = None;
+        let one_query = vec![change(same(1), Vec::new()), change(same(2), Vec::new())];
+        let failed = commit(&pool, &mut session, &one_query).await;
+        assert!(matches!(failed, Ok(Err(_))), "{failed:?}");
+        assert!(session.is_none());
+        let two_queries = vec![
+            change(same(3), vec![insert(30)]),
+            change(same(4), Vec::new()),
+        ];
+        let failed = commit(&pool, &mut session, &two_queries).await;
+        assert!(matches!(failed, Ok(Err(_))), "{failed:?}");
+        assert!(session.is_none());
+        assert_eq!(
+            count(&pool, "SELECT count(*) FROM t WHERE k >= $1", 0).await,
+            0
+        );
+        // A batch that commits in its first query is seen at once by another connection.
+        let committed = commit(&pool, &mut session, &[change(insert(5), Vec::new())]).await;
+        assert!(matches!(committed, Ok(Ok(_))), "{committed:?}");
+        assert_eq!(
+            count(&pool, "SELECT count(*) FROM t WHERE k = $1", 5).await,
+            1
+        );
+        sqlx::query(sqlx::AssertSqlSafe(drop_schema))
+            .execute(&pool)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
