@@ -5,8 +5,8 @@
 //! reads the resource only when it exists. A request repeated while the resource exists is
 //! answered from it: the running operation (or, for a synchronous request, its end), the resource
 //! itself once ready, or a new attempt after a failed one — which keeps the attributes and
-//! registry the resource was created with. A request whose attributes differ (context aside) is a conflict.
-//! A race lost to another request is decided against the winner, up to three times.
+//! registry the resource was created with. A request whose attributes differ (context aside) is
+//! a conflict. A race lost to another request is decided against the winner, up to three times.
 
 use axum::http::StatusCode;
 use axum::response::Response;
