@@ -5,11 +5,16 @@
 //! deleted. Asking the API server each time costs requests that grow with instances × catalog
 //! size; here each kind is watched once (kube-runtime reflectors) and read from memory.
 //!
-//! - Catalog kinds are cached whole; Secrets and Namespaces by their metadata alone (a
+//! - Catalog kinds, ServiceInstances and ServiceBindings are cached whole; Secrets and
+//!   Namespaces by their metadata alone (a
 //!   `PartialObjectMetadata` watch), so that no credential is held in memory for the cache's
 //!   sake and a cluster's many Secrets cost a few hundred bytes each.
 //! - Every cached object drops its `managedFields`, which the controllers never read and which
 //!   are often the largest part of an object.
+//! - ServiceInstances, ServiceBindings and Secrets are also followed: every change is broadcast
+//!   ([`Caches::instance_changes`], [`Caches::binding_changes`], [`Caches::secret_changes`]), so
+//!   that each controller that reacts to a kind follows the one watch of it instead of watching
+//!   it again. The instance and binding controllers take their own objects from there too.
 //! - [`Caches::start`] drives the reflectors (once, from [`crate::run`]), and
 //!   [`Caches::ready`] waits for their first complete listing: a controller that started before
 //!   would take an empty catalog for a missing one.
@@ -32,14 +37,18 @@ use kube::{Api, Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
-use crate::Scope;
 use crate::resources::{
-    ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, ServiceBroker, ServiceClass,
-    ServicePlan,
+    ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, ServiceBinding, ServiceBroker,
+    ServiceClass, ServiceInstance, ServicePlan,
 };
+use crate::{Scope, Written};
 
 /// The caches, read by every reconcile.
 pub struct Caches {
+    /// Every ServiceInstance of the watched namespaces.
+    pub instances: Store<ServiceInstance>,
+    /// Every ServiceBinding of the watched namespaces.
+    pub bindings: Store<ServiceBinding>,
     /// Every ClusterServiceBroker (none in a namespace's own scope, nor the cluster's classes
     /// and plans, nor Namespaces).
     pub cluster_brokers: Store<ClusterServiceBroker>,
@@ -62,11 +71,19 @@ pub struct Caches {
     /// controller may not list them and serves only its namespace's brokers.
     cluster_watched: std::sync::atomic::AtomicBool,
     osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
-    secret_changes: broadcast::Sender<Arc<PartialObjectMeta<Secret>>>,
+    instances_changed: Broadcast<ServiceInstance>,
+    bindings_changed: Broadcast<ServiceBinding>,
+    secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
 }
+
+/// A kind's changes, as broadcast: an object created, changed or deleted, or `None` when the
+/// kind was listed anew (what changed in between is not known).
+type Broadcast<K> = broadcast::Sender<Option<Arc<K>>>;
 
 /// The writing halves of the stores, until [`Caches::start`] takes them.
 struct Writers {
+    instances: Writer<ServiceInstance>,
+    bindings: Writer<ServiceBinding>,
     cluster_brokers: Writer<ClusterServiceBroker>,
     brokers: Writer<ServiceBroker>,
     cluster_classes: Writer<ClusterServiceClass>,
@@ -86,6 +103,8 @@ struct CachedClient {
 
 impl Default for Caches {
     fn default() -> Self {
+        let (instances, w_instances) = reflector::store();
+        let (bindings, w_bindings) = reflector::store();
         let (cluster_brokers, w_cluster_brokers) = reflector::store();
         let (brokers, w_brokers) = reflector::store();
         let (cluster_classes, w_cluster_classes) = reflector::store();
@@ -95,6 +114,8 @@ impl Default for Caches {
         let (secrets, w_secrets) = reflector::store();
         let (namespaces, w_namespaces) = reflector::store();
         Self {
+            instances,
+            bindings,
             cluster_brokers,
             brokers,
             cluster_classes,
@@ -104,6 +125,8 @@ impl Default for Caches {
             secrets,
             namespaces,
             writers: Mutex::new(Some(Writers {
+                instances: w_instances,
+                bindings: w_bindings,
                 cluster_brokers: w_cluster_brokers,
                 brokers: w_brokers,
                 cluster_classes: w_cluster_classes,
@@ -115,64 +138,139 @@ impl Default for Caches {
             })),
             cluster_watched: std::sync::atomic::AtomicBool::new(false),
             osb_clients: Mutex::new(HashMap::new()),
-            secret_changes: broadcast::channel(SECRET_EVENTS_BUFFER).0,
+            instances_changed: broadcast::channel(CHANGES_BUFFER).0,
+            bindings_changed: broadcast::channel(CHANGES_BUFFER).0,
+            secrets_changed: broadcast::channel(CHANGES_BUFFER).0,
         }
     }
 }
 
-/// How many Secret changes a controller that follows them may be behind before it is told it
-/// lagged.
-const SECRET_EVENTS_BUFFER: usize = 4096;
+/// How many changes of a kind a controller that follows them may be behind before it is told
+/// it missed some.
+const CHANGES_BUFFER: usize = 4096;
 
 /// What a follower of a broadcast of changes gets.
 #[derive(Debug, Clone)]
 pub enum Seen<T> {
     /// Something was created, changed or deleted.
     Changed(T),
-    /// Changes were missed: whatever depends on them should be looked at again.
-    Lagged,
+    /// Changes may have been missed (the follower fell behind, or the kind was listed anew):
+    /// whatever depends on the kind should be looked at again.
+    Missed,
 }
 
-/// What a controller following Secrets gets: a Secret's metadata.
-pub type SecretSeen = Seen<Arc<PartialObjectMeta<Secret>>>;
-
-/// The changes `sender` broadcasts from now on, with a [`Seen::Lagged`] where some were missed.
-pub fn follow<T: Clone + Send + 'static>(
-    sender: &broadcast::Sender<T>,
-) -> impl futures::Stream<Item = Seen<T>> + Send + 'static {
+/// The changes `sender` broadcasts from now on: each object, or [`Seen::Missed`] where the
+/// follower fell behind or the kind was listed anew. Subscribed when called, so that a
+/// follower made before the watch starts misses nothing.
+pub fn follow<T: Send + Sync + 'static>(
+    sender: &broadcast::Sender<Option<Arc<T>>>,
+) -> impl futures::Stream<Item = Seen<Arc<T>>> + Send + use<T> {
     futures::stream::unfold(sender.subscribe(), |mut receiver| async move {
         let seen = match receiver.recv().await {
-            Ok(change) => Seen::Changed(change),
-            Err(broadcast::error::RecvError::Lagged(_)) => Seen::Lagged,
+            Ok(Some(change)) => Seen::Changed(change),
+            Ok(None) | Err(broadcast::error::RecvError::Lagged(_)) => Seen::Missed,
             Err(broadcast::error::RecvError::Closed) => return None,
         };
         Some((seen, receiver))
     })
 }
 
+/// Broadcasts what a watch event says changed: an object applied or deleted (as `change` makes
+/// it), or (at the end of a listing) that anything may have. The objects of a listing are not
+/// broadcast one by one: a follower that fell behind during a listing could not find them in a
+/// store not yet filled, and a listing wakes every follower's objects anyway.
+pub(crate) fn broadcast<K, T>(
+    sender: &broadcast::Sender<Option<Arc<T>>>,
+    event: watcher::Event<K>,
+    change: impl FnOnce(K) -> T,
+) {
+    // Nobody following is no failure: followers subscribe before the watch starts.
+    match event {
+        watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+            let _ = sender.send(Some(Arc::new(change(object))));
+        }
+        watcher::Event::InitDone => {
+            let _ = sender.send(None);
+        }
+        watcher::Event::Init | watcher::Event::InitApply(_) => {}
+    }
+}
+
+/// The objects a follower of `K` wakes: the one seen, or every one of `store` when changes may
+/// have been missed.
+pub fn woken<K>(
+    store: &Store<K>,
+    seen: Seen<Arc<K>>,
+) -> futures::stream::Iter<std::vec::IntoIter<Arc<K>>>
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    futures::stream::iter(match seen {
+        Seen::Changed(object) => vec![object],
+        Seen::Missed => store.state(),
+    })
+}
+
 impl Caches {
-    /// The Secrets (metadata) that are created, change or go from now on, for a controller to
-    /// follow.
-    pub fn secret_events(&self) -> impl futures::Stream<Item = SecretSeen> + Send + 'static {
-        follow(&self.secret_changes)
+    /// The ServiceInstances created, changed or deleted from now on.
+    pub fn instance_changes(
+        &self,
+    ) -> impl futures::Stream<Item = Seen<Arc<ServiceInstance>>> + Send + use<> {
+        follow(&self.instances_changed)
+    }
+
+    /// The ServiceBindings created, changed or deleted from now on.
+    pub fn binding_changes(
+        &self,
+    ) -> impl futures::Stream<Item = Seen<Arc<ServiceBinding>>> + Send + use<> {
+        follow(&self.bindings_changed)
+    }
+
+    /// The Secrets (metadata) created, changed or deleted from now on.
+    pub fn secret_changes(
+        &self,
+    ) -> impl futures::Stream<Item = Seen<Arc<PartialObjectMeta<Secret>>>> + Send + use<> {
+        follow(&self.secrets_changed)
     }
 
     /// The futures that fill the caches from watches of `client`, namespaced kinds within
     /// `scope`; they run until dropped. Only the first call gets them; later calls get none.
-    pub fn start(&self, client: &Client, scope: &Scope) -> Vec<BoxFuture<'static, ()>> {
+    /// `written` is told what the instance and binding watches deliver.
+    pub fn start(
+        &self,
+        client: &Client,
+        scope: &Scope,
+        written: &Arc<Written>,
+    ) -> Vec<BoxFuture<'static, ()>> {
         let Some(w) = self.writers.lock().expect("lock").take() else {
             return Vec::new();
         };
         let config = scope.watch_config();
         let mut drivers = vec![
-            reflect(scope.api(client), config.clone(), w.brokers, None),
-            reflect(scope.api(client), config.clone(), w.classes, None),
-            reflect(scope.api(client), config.clone(), w.plans, None),
+            reflect(
+                scope.api(client),
+                config.clone(),
+                w.instances,
+                Some(self.instances_changed.clone()),
+                Some(written.clone()),
+            ),
+            reflect(
+                scope.api(client),
+                config.clone(),
+                w.bindings,
+                Some(self.bindings_changed.clone()),
+                Some(written.clone()),
+            ),
+            reflect(scope.api(client), config.clone(), w.brokers, None, None),
+            reflect(scope.api(client), config.clone(), w.classes, None, None),
+            reflect(scope.api(client), config.clone(), w.plans, None, None),
             reflect(
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
                 w.secrets,
-                Some(self.secret_changes.clone()),
+                Some(self.secrets_changed.clone()),
+                None,
             ),
         ];
         if scope.reconciles_cluster_brokers() {
@@ -180,10 +278,22 @@ impl Caches {
             let all = watcher::Config::default;
             let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
             drivers.extend([
-                reflect(Api::all(client.clone()), all(), w.cluster_brokers, None),
-                reflect(Api::all(client.clone()), all(), w.cluster_classes, None),
-                reflect(Api::all(client.clone()), all(), w.cluster_plans, None),
-                reflect(namespaces, all(), w.namespaces, None),
+                reflect(
+                    Api::all(client.clone()),
+                    all(),
+                    w.cluster_brokers,
+                    None,
+                    None,
+                ),
+                reflect(
+                    Api::all(client.clone()),
+                    all(),
+                    w.cluster_classes,
+                    None,
+                    None,
+                ),
+                reflect(Api::all(client.clone()), all(), w.cluster_plans, None, None),
+                reflect(namespaces, all(), w.namespaces, None, None),
             ]);
         }
         drivers
@@ -193,6 +303,8 @@ impl Caches {
     pub async fn ready(&self) {
         // `wait_until_ready` fails only when the writer is dropped, i.e. at shutdown.
         let _ = futures::join!(
+            self.instances.wait_until_ready(),
+            self.bindings.wait_until_ready(),
             self.brokers.wait_until_ready(),
             self.classes.wait_until_ready(),
             self.plans.wait_until_ready(),
@@ -266,13 +378,14 @@ fn slim<K: Resource>(object: &mut K) {
 }
 
 /// Fills `writer` from a watch of `api`'s objects (whole, or their metadata with an
-/// `Api<PartialObjectMeta<_>>`), and tells `changes` (if any) of every object created, changed
-/// or deleted.
+/// `Api<PartialObjectMeta<_>>`); tells `written` (if any) of every event, and broadcasts every
+/// change on `changes` (if any: [`broadcast`]).
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
-    changes: Option<broadcast::Sender<Arc<K>>>,
+    changes: Option<Broadcast<K>>,
+    written: Option<Arc<Written>>,
 ) -> BoxFuture<'static, ()>
 where
     K: Resource<DynamicType = ()>
@@ -287,13 +400,14 @@ where
         .default_backoff()
         .modify(slim)
         .reflect(writer)
-        .touched_objects()
-        .for_each(move |seen| {
-            match seen {
-                // Nobody following is no failure.
-                Ok(object) => {
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    if let Some(written) = &written {
+                        written.watched(&event);
+                    }
                     if let Some(changes) = &changes {
-                        let _ = changes.send(Arc::new(object));
+                        broadcast(changes, event, |object| object);
                     }
                 }
                 Err(e) => tracing::debug!(error = %e, "cache watch"),

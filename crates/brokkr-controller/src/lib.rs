@@ -55,9 +55,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use broker::BrokerKind;
-use cache::SecretSeen;
+use cache::Seen;
 use metrics::Metrics;
-use resources::{ClusterServiceBroker, ServiceBinding, ServiceBroker, ServiceInstance};
+use resources::{ClusterServiceBroker, ServiceBroker};
 pub use scope::Scope;
 pub use status::Written;
 
@@ -72,9 +72,6 @@ pub struct Context {
     /// How long a resource waits for what it names to appear or become Ready (a binding for its
     /// instance, an instance for its class and plan) before it fails.
     pub wait_timeout: std::time::Duration,
-    /// Every ServiceInstance of the cluster, as the instance controller's watch sees them (set
-    /// by [`run`]): a new instance's OSB id is checked against the others'.
-    pub instances: std::sync::OnceLock<kube::runtime::reflector::Store<ServiceInstance>>,
     /// Whether `spec.userInfo` is checked by the API server, and so forwarded to brokers.
     pub user_info: user_info::Guard,
     /// When each failing instance or binding may call its broker again.
@@ -86,8 +83,8 @@ pub struct Context {
     pub scope: Scope,
     /// How many objects of one kind are reconciled at once.
     pub concurrency: u16,
-    /// The catalog, Secrets' and Namespaces' metadata, and brokers' clients, as watched (filled
-    /// by [`run`]).
+    /// Instances, bindings, the catalog, Secrets' and Namespaces' metadata, and brokers'
+    /// clients, as watched (filled by [`run`]).
     pub caches: cache::Caches,
     /// The workload kinds watched for the usage and servicebinding.io controllers.
     pub workloads: workloads::Workloads,
@@ -97,9 +94,6 @@ pub struct Context {
     pub held_instances: status::Held<resources::ServiceInstanceStatus>,
     /// Bindings' statuses whose write waits.
     pub held_bindings: status::Held<resources::ServiceBindingStatus>,
-    /// Every ServiceBinding of the scope, as the binding controller's watch sees them (set by
-    /// [`run`]): an instance being deleted reads the bindings that still name it here.
-    pub bindings: std::sync::OnceLock<kube::runtime::reflector::Store<ServiceBinding>>,
 }
 
 impl Context {
@@ -111,7 +105,6 @@ impl Context {
             metrics: Metrics::default(),
             cluster_id: None,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
-            instances: std::sync::OnceLock::new(),
             user_info: user_info::Guard::default(),
             backoffs: backoff::Backoffs::default(),
             brokers: broker::BrokerPolicy::default(),
@@ -122,7 +115,6 @@ impl Context {
             written: Arc::default(),
             held_instances: status::Held::default(),
             held_bindings: status::Held::default(),
-            bindings: std::sync::OnceLock::new(),
         }
     }
 
@@ -150,45 +142,27 @@ impl Context {
             .with_config(controller::Config::default().concurrency(self.concurrency))
     }
 
-    /// Changes of the scope's objects of `K`, retried with backoff: what wakes a controller
-    /// that follows another kind.
-    pub(crate) fn changes<K>(
+    /// A controller of the instances or bindings the caches hold, woken by their changes
+    /// ([`cache::Caches::instance_changes`], [`cache::Caches::binding_changes`]); at most
+    /// [`Context::concurrency`] reconciles at once.
+    pub(crate) fn followed_controller<K>(
         &self,
-    ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+        store: &reflector::Store<K>,
+        changes: impl futures::Stream<Item = cache::Seen<Arc<K>>> + Send + 'static,
+    ) -> Controller<K>
     where
-        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        K: Resource<DynamicType = ()>
             + Clone
             + DeserializeOwned
             + std::fmt::Debug
             + Send
+            + Sync
             + 'static,
     {
-        watcher(self.scope.api::<K>(&self.client), self.scope.watch_config())
-            .default_backoff()
-            .touched_objects()
-    }
-
-    /// Changes of the metadata of the scope's objects of `K`, retried with backoff: what wakes a
-    /// controller that needs to know only that they changed.
-    pub(crate) fn metadata_changes<K>(
-        &self,
-    ) -> impl futures::Stream<Item = Result<kube::core::PartialObjectMeta<K>, watcher::Error>>
-    + Send
-    + 'static
-    where
-        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + 'static,
-    {
-        let api = self
-            .scope
-            .api::<kube::core::PartialObjectMeta<K>>(&self.client);
-        watcher(api, self.scope.watch_config())
-            .default_backoff()
-            .touched_objects()
+        let own = store.clone();
+        let woken = changes.flat_map(move |seen| cache::woken(&own, seen));
+        Controller::for_shared_stream(woken, store.clone())
+            .with_config(controller::Config::default().concurrency(self.concurrency))
     }
 }
 
@@ -199,29 +173,47 @@ pub const DEFAULT_CONCURRENCY: u16 = 16;
 
 /// Runs every controller until `shutdown` completes; reconciles in progress then finish.
 pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let client = ctx.client.clone();
-    // Followed before the caches start: no change is missed.
-    let secrets_for_instances = ctx.caches.secret_events();
-    let secrets_for_bindings = ctx.caches.secret_events();
-    let caches = ctx.caches.start(&client, &ctx.scope);
-    let instances = instance::controller(&ctx);
-    let _ = ctx.instances.set(instances.store());
     let ctx = Arc::new(ctx);
     let shutdown = shutdown.boxed().shared();
+    // Made before the caches start, so that each follows the caches' changes from the first.
+    let instances = instance_controller(&ctx, shutdown.clone());
+    let bindings = binding_controller(&ctx, shutdown.clone());
+    let usages = usage::run(ctx.clone(), shutdown.clone());
+    let caches = ctx.caches.start(&ctx.client, &ctx.scope, &ctx.written);
     let caches = futures::future::join_all(caches).map(drop);
     let (ctx_for_controllers, shutdown_for_controllers) = (ctx.clone(), shutdown.clone());
     let controllers = async move {
         // An empty catalog would read as a missing one: nothing is reconciled before the caches
         // listed everything once.
         ctx_for_controllers.caches.ready().await;
-        controllers(
-            ctx_for_controllers,
+        let ctx = ctx_for_controllers;
+        let shutdown = shutdown_for_controllers;
+        let cluster_brokers = ctx.scope.reconciles_cluster_brokers().then(|| {
+            broker_controller::<ClusterServiceBroker>(
+                ctx.clone(),
+                Api::all(ctx.client.clone()),
+                watcher::Config::default(),
+                shutdown.clone(),
+            )
+        });
+        let brokers = broker_controller::<ServiceBroker>(
+            ctx.clone(),
+            ctx.scope.api(&ctx.client),
+            ctx.scope.watch_config(),
+            shutdown.clone(),
+        );
+        futures::join!(
+            async move {
+                if let Some(c) = cluster_brokers {
+                    c.await;
+                }
+            },
+            brokers,
             instances,
-            secrets_for_instances,
-            secrets_for_bindings,
-            shutdown_for_controllers,
-        )
-        .await;
+            bindings,
+            usages,
+            projection::run(ctx, shutdown),
+        );
     };
     tokio::select! {
         () = controllers => {}
@@ -231,106 +223,100 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
     drop(ctx);
 }
 
-/// Every controller, once the caches are ready.
-async fn controllers(
-    ctx: Arc<Context>,
-    instances: Controller<ServiceInstance>,
-    secrets_for_instances: impl futures::Stream<Item = SecretSeen> + Send + 'static,
-    secrets_for_bindings: impl futures::Stream<Item = SecretSeen> + Send + 'static,
-    shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
-) {
-    let instance_store = instances.store();
-    let instances = instances
-        // A Secret that `parametersFrom` names may change the parameters.
-        .reconcile_on(secrets_for_instances.flat_map(move |seen| {
+/// The instance controller: woken by its instances' changes, by a Secret that `parametersFrom`
+/// names (it may change the parameters), and by a ServiceBinding that comes or goes (it may
+/// unblock its instance's deletion).
+fn instance_controller(
+    ctx: &Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    let store = ctx.caches.instances.clone();
+    let (of_secrets, of_bindings) = (store.clone(), store.clone());
+    ctx.followed_controller(&store, ctx.caches.instance_changes())
+        .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
             futures::stream::iter(match seen {
-                SecretSeen::Changed(secret) => instance::named_by_secret(&instance_store, &secret),
-                SecretSeen::Lagged => instance_store
-                    .state()
-                    .iter()
-                    .map(|i| ObjectRef::from_obj(i.as_ref()))
-                    .collect(),
+                Seen::Changed(secret) => instance::named_by_secret(&of_secrets, &secret),
+                Seen::Missed => every(&of_secrets),
             })
         }))
-        // A ServiceBinding that comes or goes may unblock its instance's deletion.
-        .watches_stream(ctx.changes::<ServiceBinding>(), |binding| {
-            let ns = binding.metadata.namespace.clone()?;
-            Some(ObjectRef::new(identity::bound_instance_name(&binding)).within(&ns))
-        })
-        .graceful_shutdown_on(shutdown.clone())
+        .reconcile_on(ctx.caches.binding_changes().flat_map(move |seen| {
+            futures::stream::iter(match seen {
+                Seen::Changed(binding) => binding
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .map(|ns| ObjectRef::new(identity::bound_instance_name(&binding)).within(ns))
+                    .into_iter()
+                    .collect(),
+                Seen::Missed => every(&of_bindings),
+            })
+        }))
+        .graceful_shutdown_on(shutdown)
         .run(instance::reconcile, instance::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "instance controller");
             }
-        });
-    let bindings = ctx.controller(
-        ctx.scope.api::<ServiceBinding>(&ctx.client),
-        ctx.scope.watch_config(),
-    );
-    let known_bindings = bindings.store();
-    let _ = ctx.bindings.set(known_bindings.clone());
-    let bindings_of_secrets = known_bindings.clone();
-    let bindings = bindings
-        // A Secret wakes the bindings that own it or read it (parametersFrom, addKeysFrom).
-        .reconcile_on(secrets_for_bindings.flat_map(move |seen| {
-            let woken: Vec<_> = bindings_of_secrets
+        })
+}
+
+/// The binding controller: woken by its bindings' changes, by a Secret they own or read
+/// (`parametersFrom`, `addKeysFrom`), and by their instance's changes (one that becomes Ready,
+/// or goes).
+fn binding_controller(
+    ctx: &Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    let store = ctx.caches.bindings.clone();
+    let (of_secrets, of_instances) = (store.clone(), store.clone());
+    ctx.followed_controller(&store, ctx.caches.binding_changes())
+        .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
+            let woken: Vec<_> = of_secrets
                 .state()
                 .into_iter()
                 .filter(|b| match &seen {
-                    SecretSeen::Changed(secret) => binding::uses_secret(b, secret),
-                    SecretSeen::Lagged => true,
+                    Seen::Changed(secret) => binding::uses_secret(b, secret),
+                    Seen::Missed => true,
                 })
                 .map(|b| ObjectRef::from_obj(&*b))
                 .collect();
             futures::stream::iter(woken)
         }))
-        // An instance that becomes Ready (or goes) wakes the bindings that name it.
-        .watches_stream(ctx.metadata_changes::<ServiceInstance>(), move |instance| {
-            let (ns, name) = (instance.metadata.namespace, instance.metadata.name);
-            known_bindings
+        .reconcile_on(ctx.caches.instance_changes().flat_map(move |seen| {
+            let woken: Vec<_> = of_instances
                 .state()
                 .into_iter()
-                .filter(|b| {
-                    b.metadata.namespace == ns
-                        && name.as_deref() == Some(identity::bound_instance_name(b))
+                .filter(|b| match &seen {
+                    Seen::Changed(instance) => {
+                        b.metadata.namespace == instance.metadata.namespace
+                            && instance.metadata.name.as_deref()
+                                == Some(identity::bound_instance_name(b))
+                    }
+                    Seen::Missed => true,
                 })
                 .map(|b| ObjectRef::from_obj(&*b))
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(shutdown.clone())
+                .collect();
+            futures::stream::iter(woken)
+        }))
+        .graceful_shutdown_on(shutdown)
         .run(binding::reconcile, binding::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "binding controller");
             }
-        });
-    let cluster_brokers = ctx.scope.reconciles_cluster_brokers().then(|| {
-        broker_controller::<ClusterServiceBroker>(
-            ctx.clone(),
-            Api::all(ctx.client.clone()),
-            watcher::Config::default(),
-            shutdown.clone(),
-        )
-    });
-    let brokers = broker_controller::<ServiceBroker>(
-        ctx.clone(),
-        ctx.scope.api(&ctx.client),
-        ctx.scope.watch_config(),
-        shutdown.clone(),
-    );
-    futures::join!(
-        async move {
-            if let Some(c) = cluster_brokers {
-                c.await;
-            }
-        },
-        brokers,
-        instances,
-        bindings,
-        usage::run(ctx.clone(), shutdown.clone()),
-        projection::run(ctx, shutdown),
-    );
+        })
+}
+
+/// A reference to every object of `store`.
+fn every<K>(store: &reflector::Store<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
 }
 
 async fn broker_controller<B: BrokerKind>(

@@ -93,7 +93,7 @@ pub async fn run(
                 .into_iter()
                 .filter(|b| match &seen {
                     Seen::Changed(change) => concerns(b, change),
-                    Seen::Lagged => true,
+                    Seen::Missed => true,
                 })
                 .map(|b| ObjectRef::from_obj(&*b))
                 .collect();

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::core::{GroupVersionKind, PartialObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -30,6 +30,7 @@ use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::Context;
+use crate::cache::Seen;
 use crate::finalizer;
 use crate::platform;
 use crate::projector::{self, Injection, Mapping};
@@ -38,7 +39,6 @@ use crate::resources::{
     ServiceBindingUsageStatus, UsageCondition, UsageKind, UsageKindResource, UsageKindSpec,
     WorkloadMapping,
 };
-use crate::workloads::Seen;
 
 /// The finalizer under which a usage's injection is removed.
 pub const FINALIZER: &str = "services.brokkr.dev/service-binding-usage";
@@ -152,15 +152,31 @@ pub fn shipped_usage_kinds() -> Vec<UsageKind> {
 
 /// The ServiceBindingUsage controller, after creating the shipped UsageKinds that are missing.
 /// A usage is looked at again when its ServiceBinding, that binding's Secret or its UsageKind
-/// changes.
-pub async fn run(
+/// changes: bindings and Secrets as the context's caches follow them ([`crate::cache`]; the
+/// caller starts them), from the moment `run` is called.
+pub fn run(
     ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    let bindings = ctx.caches.binding_changes();
+    let secrets = ctx.caches.secret_changes();
+    async move {
+        let client = &ctx.client.clone();
+        if let Err(e) = create_shipped_usage_kinds(client).await {
+            tracing::warn!(error = %e, "creating the shipped UsageKinds");
+        }
+        following(ctx, bindings, secrets, shutdown).await;
+    }
+}
+
+/// The controller of [`run`], woken by `bindings` and `secrets`.
+async fn following(
+    ctx: Arc<Context>,
+    bindings: impl futures::Stream<Item = Seen<Arc<ServiceBinding>>> + Send + 'static,
+    secrets: impl futures::Stream<Item = Seen<Arc<PartialObjectMeta<Secret>>>> + Send + 'static,
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let client = &ctx.client.clone();
-    if let Err(e) = create_shipped_usage_kinds(client).await {
-        tracing::warn!(error = %e, "creating the shipped UsageKinds");
-    }
     let controller = ctx.controller(
         ctx.scope.api::<ServiceBindingUsage>(client),
         ctx.scope.watch_config(),
@@ -177,24 +193,38 @@ pub async fn run(
     let (by_binding, by_secret, by_kind, by_workload) =
         (using.clone(), using.clone(), using.clone(), using);
     let controller = controller
-        .watches_stream(ctx.metadata_changes::<ServiceBinding>(), move |binding| {
-            let (namespace, name) = (binding.namespace(), binding.name_any());
-            by_binding(&|u| u.namespace() == namespace && u.spec.service_binding_ref.name == name)
-        })
-        .watches_stream(ctx.metadata_changes::<Secret>(), move |secret| {
-            let namespace = secret.namespace();
-            let owners: Vec<String> = secret
-                .owner_references()
-                .iter()
-                .filter(|o| {
-                    o.kind == "ServiceBinding" && o.api_version.starts_with(crate::resources::GROUP)
-                })
-                .map(|o| o.name.clone())
-                .collect();
-            by_secret(&|u| {
-                u.namespace() == namespace && owners.contains(&u.spec.service_binding_ref.name)
+        .reconcile_on(bindings.flat_map(move |seen| {
+            futures::stream::iter(match seen {
+                Seen::Changed(binding) => {
+                    let (namespace, name) = (binding.namespace(), binding.name_any());
+                    by_binding(&|u| {
+                        u.namespace() == namespace && u.spec.service_binding_ref.name == name
+                    })
+                }
+                Seen::Missed => by_binding(&|_| true),
             })
-        })
+        }))
+        .reconcile_on(secrets.flat_map(move |seen| {
+            futures::stream::iter(match seen {
+                Seen::Changed(secret) => {
+                    let namespace = secret.namespace();
+                    let owners: Vec<String> = secret
+                        .owner_references()
+                        .iter()
+                        .filter(|o| {
+                            o.kind == "ServiceBinding"
+                                && o.api_version.starts_with(crate::resources::GROUP)
+                        })
+                        .map(|o| o.name.clone())
+                        .collect();
+                    by_secret(&|u| {
+                        u.namespace() == namespace
+                            && owners.contains(&u.spec.service_binding_ref.name)
+                    })
+                }
+                Seen::Missed => by_secret(&|_| true),
+            })
+        }))
         .watches(
             Api::<UsageKind>::all(client.clone()),
             watcher::Config::default(),
@@ -213,7 +243,7 @@ pub async fn run(
                             && Some(&u.spec.used_by.name) == name.as_ref()
                     })
                 }
-                Seen::Lagged => by_workload(&|_| true),
+                Seen::Missed => by_workload(&|_| true),
             })
         }))
         .graceful_shutdown_on(shutdown.clone())

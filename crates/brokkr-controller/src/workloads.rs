@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 
 use crate::Scope;
 
-/// How many workload changes a slow subscriber may be behind before it is told it lagged.
+/// How many workload changes a slow subscriber may be behind before it is told it missed some.
 const BUFFER: usize = 4096;
 
 /// A workload that changed (or went).
@@ -42,7 +42,7 @@ pub type Seen = crate::cache::Seen<Arc<WorkloadChange>>;
 /// The workload kinds watched, and the changes seen.
 pub struct Workloads {
     watched: Mutex<HashMap<(String, String, String), tokio::task::JoinHandle<()>>>,
-    changes: broadcast::Sender<Arc<WorkloadChange>>,
+    changes: broadcast::Sender<Option<Arc<WorkloadChange>>>,
     /// The kinds discovered so far (a kind once served stays served for the controller's
     /// purposes; a request to a kind removed since fails like one to a missing workload).
     discovered: Mutex<HashMap<GroupVersionKind, ApiResource>>,
@@ -107,14 +107,12 @@ impl Workloads {
         let (sender, resource) = (self.changes.clone(), resource.clone());
         let task = watcher(api, scope.watch_config())
             .default_backoff()
-            .touched_objects()
-            .for_each(move |seen| {
-                match seen {
-                    // Nobody listening is no failure: the controllers subscribe before watching.
-                    Ok(object) => drop(sender.send(Arc::new(WorkloadChange {
+            .for_each(move |event| {
+                match event {
+                    Ok(event) => crate::cache::broadcast(&sender, event, |object| WorkloadChange {
                         resource: resource.clone(),
                         metadata: object.metadata,
-                    }))),
+                    }),
                     Err(e) => tracing::debug!(error = %e, kind = %resource.kind, "workload watch"),
                 }
                 futures::future::ready(())

@@ -26,12 +26,15 @@ async fn start() -> FakeCluster {
     fake
 }
 
+/// The usage controller, following the caches' bindings and Secrets as `brokkr_controller::run`
+/// makes it.
 fn run(fake: &FakeCluster) -> tokio::task::JoinHandle<()> {
-    let ctx = brokkr_controller::Context::new(fake.client());
-    tokio::spawn(brokkr_controller::usage::run(
-        Arc::new(ctx),
-        futures::future::pending(),
-    ))
+    let ctx = Arc::new(brokkr_controller::Context::new(fake.client()));
+    let usages = brokkr_controller::usage::run(ctx.clone(), futures::future::pending());
+    let caches = ctx.caches.start(&ctx.client, &ctx.scope, &ctx.written);
+    tokio::spawn(async move {
+        futures::join!(usages, futures::future::join_all(caches));
+    })
 }
 
 /// Polls `probe` for up to 20 s (a waiting usage looks again every 10 s).

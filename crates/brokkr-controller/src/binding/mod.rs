@@ -153,12 +153,14 @@ impl<'a> Reconcile<'a> {
         .await
     }
 
-    /// The ServiceInstance `name` of the binding's namespace: from the instance controller's
-    /// cache, else (not seen there yet) from the API server.
+    /// The ServiceInstance `name` of the binding's namespace: from the instances' cache, else
+    /// (not seen there yet) from the API server.
     async fn instance_named(&self, name: &str) -> Result<Option<ServiceInstance>, kube::Error> {
-        let cached = self.ctx.instances.get().and_then(|store| {
-            store.get(&kube::runtime::reflector::ObjectRef::new(name).within(&self.namespace))
-        });
+        let cached = self
+            .ctx
+            .caches
+            .instances
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(&self.namespace));
         if let Some(instance) = cached {
             return Ok(Some(instance.as_ref().clone()));
         }

@@ -141,19 +141,19 @@ pub(super) async fn bindings_in_the_way(
     let ns = instance.namespace().unwrap_or_default();
     let api = Api::<ServiceBinding>::namespaced(ctx.client.clone(), &ns);
     let name = instance.name_any();
-    // The binding controller's cache says which bindings are in the way; only when it says
-    // none is the API server asked, so that a binding just created is not missed. In a
-    // namespace being deleted nothing can be created and every binding is being deleted: the
-    // cache's answer stands (a binding it has not seen yet was never bound).
-    let cached: Vec<ServiceBinding> = ctx.bindings.get().map_or_else(Vec::new, |store| {
-        store
-            .state()
-            .iter()
-            .filter(|b| b.namespace().as_deref() == Some(&ns))
-            .filter(|b| crate::identity::bound_instance_name(b) == name)
-            .map(|b| b.as_ref().clone())
-            .collect()
-    });
+    // The bindings' cache says which bindings are in the way; only when it says none is the
+    // API server asked, so that a binding just created is not missed. In a namespace being
+    // deleted nothing can be created and every binding is being deleted: the cache's answer
+    // stands (a binding it has not seen yet was never bound).
+    let cached: Vec<ServiceBinding> = ctx
+        .caches
+        .bindings
+        .state()
+        .iter()
+        .filter(|b| b.namespace().as_deref() == Some(&ns))
+        .filter(|b| crate::identity::bound_instance_name(b) == name)
+        .map(|b| b.as_ref().clone())
+        .collect();
     let bindings = if cached.is_empty() && !ctx.caches.terminating(&ns) {
         crate::binding::bindings_of(&ctx.client, &ns, &name).await?
     } else {

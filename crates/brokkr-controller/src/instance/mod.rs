@@ -29,7 +29,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::PartialObjectMeta;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -94,15 +93,6 @@ pub async fn reconcile(instance: Arc<ServiceInstance>, ctx: Arc<Context>) -> Res
 /// What to do after a failed reconcile: try again soon.
 pub fn error_policy(_: Arc<ServiceInstance>, _: &Error, _: Arc<Context>) -> Action {
     Action::requeue(RECHECK)
-}
-
-/// The ServiceInstance controller over the context's scope (what else wakes it is added by
-/// [`crate::run`]).
-pub fn controller(ctx: &Context) -> Controller<ServiceInstance> {
-    ctx.controller(
-        ctx.scope.api::<ServiceInstance>(&ctx.client),
-        ctx.scope.watch_config(),
-    )
 }
 
 /// The instances (from the controller's store) whose `parametersFrom` names `secret`: a change
