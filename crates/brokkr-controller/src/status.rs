@@ -90,9 +90,8 @@ struct Versions {
 
 /// How many older versions of an object are remembered.
 const REMEMBERED: usize = 8;
-/// How long an object is remembered after this process's last write of it (or after it went,
-/// if its deletion is not seen first): longer than any reconcile holds an object it took from
-/// the cache, and than any cache lags.
+/// How long an object is remembered after this process's last write of it (or after it went):
+/// longer than any reconcile holds an object it took from the cache, and than any cache lags.
 const KEPT_FOR: Duration = Duration::from_secs(300);
 /// How long a version the watch delivered before this process's last write counts as stale
 /// while that write has not come: a watch that restarted may list past it and never deliver it,
@@ -184,9 +183,13 @@ impl Written {
                     entry.delivered_before.push_back(version.clone());
                 }
             }
+            // Not forgotten yet: a reconcile may hold a version it took from the cache before
+            // the deletion came, which must still read as stale.
             watcher::Event::Delete(object) => {
-                if let Some(uid) = &object.meta().uid {
-                    self.0.lock().expect("lock").objects.remove(uid);
+                if let Some(uid) = &object.meta().uid
+                    && let Some(entry) = self.0.lock().expect("lock").objects.get_mut(uid)
+                {
+                    entry.gone.get_or_insert_with(Instant::now);
                 }
             }
             // A relist replaces the cache at its end; it places no version but the last write.
@@ -485,7 +488,7 @@ mod tests {
     }
 
     #[test]
-    fn every_version_of_an_object_that_went_is_stale_until_its_deletion_is_seen() {
+    fn every_version_of_an_object_that_went_stays_stale_after_its_deletion_is_seen() {
         let written = Written::default();
         written.record(&version("1", false), &version("2", false));
         written.record(&version("2", false), &version("3", true));
@@ -493,7 +496,9 @@ mod tests {
         assert_eq!(written.freshness(&version("1", false)), Freshness::Stale);
         written.watched(&watcher::Event::Apply(version("3", true)));
         assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
+        // A reconcile that took version 2 from the cache before the deletion came must not act
+        // on it (a second deprovision).
         written.watched(&watcher::Event::Delete(version("3", true)));
-        assert_eq!(written.freshness(&version("2", false)), Freshness::Current);
+        assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
     }
 }
