@@ -71,14 +71,24 @@ pub struct Caches {
     /// controller may not list them and serves only its namespace's brokers.
     cluster_watched: std::sync::atomic::AtomicBool,
     osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
-    instances_changed: Broadcast<ServiceInstance>,
-    bindings_changed: Broadcast<ServiceBinding>,
+    instances_changed: Broadcast<ObjectRef<ServiceInstance>>,
+    bindings_changed: Broadcast<BindingChange>,
     secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
 }
 
-/// A kind's changes, as broadcast: an object created, changed or deleted, or `None` when the
+/// Changes, as broadcast: what an object created, changed or deleted says, or `None` when its
 /// kind was listed anew (what changed in between is not known).
-type Broadcast<K> = broadcast::Sender<Option<Arc<K>>>;
+type Broadcast<T> = broadcast::Sender<Option<Arc<T>>>;
+
+/// A ServiceBinding created, changed or deleted: what its followers need of it. (Followers get
+/// references, not objects: a follower that falls behind keeps no copy of an object alive.)
+#[derive(Debug)]
+pub struct BindingChange {
+    /// The binding.
+    pub binding: ObjectRef<ServiceBinding>,
+    /// The instance it names.
+    pub instance: ObjectRef<ServiceInstance>,
+}
 
 /// The writing halves of the stores, until [`Caches::start`] takes them.
 struct Writers {
@@ -196,34 +206,30 @@ pub(crate) fn broadcast<K, T>(
     }
 }
 
-/// The objects a follower of `K` wakes: the one seen, or every one of `store` when changes may
-/// have been missed.
-pub fn woken<K>(
-    store: &Store<K>,
-    seen: Seen<Arc<K>>,
-) -> futures::stream::Iter<std::vec::IntoIter<Arc<K>>>
+/// A reference to every object of `store`: what a follower that missed changes wakes.
+pub fn every<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
 where
-    K: kube::runtime::reflector::Lookup + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    futures::stream::iter(match seen {
-        Seen::Changed(object) => vec![object],
-        Seen::Missed => store.state(),
-    })
+    store
+        .state()
+        .iter()
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
 }
 
 impl Caches {
     /// The ServiceInstances created, changed or deleted from now on.
     pub fn instance_changes(
         &self,
-    ) -> impl futures::Stream<Item = Seen<Arc<ServiceInstance>>> + Send + use<> {
+    ) -> impl futures::Stream<Item = Seen<Arc<ObjectRef<ServiceInstance>>>> + Send + use<> {
         follow(&self.instances_changed)
     }
 
     /// The ServiceBindings created, changed or deleted from now on.
     pub fn binding_changes(
         &self,
-    ) -> impl futures::Stream<Item = Seen<Arc<ServiceBinding>>> + Send + use<> {
+    ) -> impl futures::Stream<Item = Seen<Arc<BindingChange>>> + Send + use<> {
         follow(&self.bindings_changed)
     }
 
@@ -247,30 +253,45 @@ impl Caches {
             return Vec::new();
         };
         let config = scope.watch_config();
+        let (instances, bindings, secrets) = (
+            self.instances_changed.clone(),
+            self.bindings_changed.clone(),
+            self.secrets_changed.clone(),
+        );
+        let (instances_written, bindings_written) = (written.clone(), written.clone());
         let mut drivers = vec![
             reflect(
                 scope.api(client),
                 config.clone(),
                 w.instances,
-                Some(self.instances_changed.clone()),
-                Some(written.clone()),
+                move |event| {
+                    instances_written.watched(&event);
+                    broadcast(&instances, event, |i: ServiceInstance| {
+                        ObjectRef::from_obj(&i)
+                    });
+                },
             ),
             reflect(
                 scope.api(client),
                 config.clone(),
                 w.bindings,
-                Some(self.bindings_changed.clone()),
-                Some(written.clone()),
+                move |event| {
+                    bindings_written.watched(&event);
+                    broadcast(&bindings, event, |b: ServiceBinding| BindingChange {
+                        instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
+                            .within(b.metadata.namespace.as_deref().unwrap_or_default()),
+                        binding: ObjectRef::from_obj(&b),
+                    });
+                },
             ),
-            reflect(scope.api(client), config.clone(), w.brokers, None, None),
-            reflect(scope.api(client), config.clone(), w.classes, None, None),
-            reflect(scope.api(client), config.clone(), w.plans, None, None),
+            reflect(scope.api(client), config.clone(), w.brokers, drop),
+            reflect(scope.api(client), config.clone(), w.classes, drop),
+            reflect(scope.api(client), config.clone(), w.plans, drop),
             reflect(
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
                 w.secrets,
-                Some(self.secrets_changed.clone()),
-                None,
+                move |event| broadcast(&secrets, event, |secret| secret),
             ),
         ];
         if scope.reconciles_cluster_brokers() {
@@ -278,22 +299,10 @@ impl Caches {
             let all = watcher::Config::default;
             let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
             drivers.extend([
-                reflect(
-                    Api::all(client.clone()),
-                    all(),
-                    w.cluster_brokers,
-                    None,
-                    None,
-                ),
-                reflect(
-                    Api::all(client.clone()),
-                    all(),
-                    w.cluster_classes,
-                    None,
-                    None,
-                ),
-                reflect(Api::all(client.clone()), all(), w.cluster_plans, None, None),
-                reflect(namespaces, all(), w.namespaces, None, None),
+                reflect(Api::all(client.clone()), all(), w.cluster_brokers, drop),
+                reflect(Api::all(client.clone()), all(), w.cluster_classes, drop),
+                reflect(Api::all(client.clone()), all(), w.cluster_plans, drop),
+                reflect(namespaces, all(), w.namespaces, drop),
             ]);
         }
         drivers
@@ -378,14 +387,12 @@ fn slim<K: Resource>(object: &mut K) {
 }
 
 /// Fills `writer` from a watch of `api`'s objects (whole, or their metadata with an
-/// `Api<PartialObjectMeta<_>>`); tells `written` (if any) of every event, and broadcasts every
-/// change on `changes` (if any: [`broadcast`]).
+/// `Api<PartialObjectMeta<_>>`), and hands every event to `seen` after the store took it.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
-    changes: Option<Broadcast<K>>,
-    written: Option<Arc<Written>>,
+    mut seen: impl FnMut(watcher::Event<K>) + Send + 'static,
 ) -> BoxFuture<'static, ()>
 where
     K: Resource<DynamicType = ()>
@@ -402,14 +409,7 @@ where
         .reflect(writer)
         .for_each(move |event| {
             match event {
-                Ok(event) => {
-                    if let Some(written) = &written {
-                        written.watched(&event);
-                    }
-                    if let Some(changes) = &changes {
-                        broadcast(changes, event, |object| object);
-                    }
-                }
+                Ok(event) => seen(event),
                 Err(e) => tracing::debug!(error = %e, "cache watch"),
             }
             futures::future::ready(())

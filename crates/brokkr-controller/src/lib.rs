@@ -142,13 +142,13 @@ impl Context {
             .with_config(controller::Config::default().concurrency(self.concurrency))
     }
 
-    /// A controller of the instances or bindings the caches hold, woken by their changes
-    /// ([`cache::Caches::instance_changes`], [`cache::Caches::binding_changes`]); at most
+    /// A controller of the instances or bindings the caches hold, woken by `changes` (from
+    /// [`cache::Caches::instance_changes`] or [`cache::Caches::binding_changes`]); at most
     /// [`Context::concurrency`] reconciles at once.
     pub(crate) fn followed_controller<K>(
         &self,
         store: &reflector::Store<K>,
-        changes: impl futures::Stream<Item = cache::Seen<Arc<K>>> + Send + 'static,
+        changes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
     ) -> Controller<K>
     where
         K: Resource<DynamicType = ()>
@@ -159,9 +159,8 @@ impl Context {
             + Sync
             + 'static,
     {
-        let own = store.clone();
-        let woken = changes.flat_map(move |seen| cache::woken(&own, seen));
-        Controller::for_shared_stream(woken, store.clone())
+        Controller::for_shared_stream(futures::stream::empty(), store.clone())
+            .reconcile_on(changes)
             .with_config(controller::Config::default().concurrency(self.concurrency))
     }
 }
@@ -231,24 +230,24 @@ fn instance_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
-    let (of_secrets, of_bindings) = (store.clone(), store.clone());
-    ctx.followed_controller(&store, ctx.caches.instance_changes())
+    let (own, of_secrets, of_bindings) = (store.clone(), store.clone(), store.clone());
+    let changes = ctx.caches.instance_changes().flat_map(move |seen| {
+        futures::stream::iter(match seen {
+            Seen::Changed(instance) => vec![instance.as_ref().clone()],
+            Seen::Missed => cache::every(&own),
+        })
+    });
+    ctx.followed_controller(&store, changes)
         .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
             futures::stream::iter(match seen {
                 Seen::Changed(secret) => instance::named_by_secret(&of_secrets, &secret),
-                Seen::Missed => every(&of_secrets),
+                Seen::Missed => cache::every(&of_secrets),
             })
         }))
         .reconcile_on(ctx.caches.binding_changes().flat_map(move |seen| {
             futures::stream::iter(match seen {
-                Seen::Changed(binding) => binding
-                    .metadata
-                    .namespace
-                    .as_deref()
-                    .map(|ns| ObjectRef::new(identity::bound_instance_name(&binding)).within(ns))
-                    .into_iter()
-                    .collect(),
-                Seen::Missed => every(&of_bindings),
+                Seen::Changed(binding) => vec![binding.instance.clone()],
+                Seen::Missed => cache::every(&of_bindings),
             })
         }))
         .graceful_shutdown_on(shutdown)
@@ -268,8 +267,14 @@ fn binding_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
-    let (of_secrets, of_instances) = (store.clone(), store.clone());
-    ctx.followed_controller(&store, ctx.caches.binding_changes())
+    let (own, of_secrets, of_instances) = (store.clone(), store.clone(), store.clone());
+    let changes = ctx.caches.binding_changes().flat_map(move |seen| {
+        futures::stream::iter(match seen {
+            Seen::Changed(change) => vec![change.binding.clone()],
+            Seen::Missed => cache::every(&own),
+        })
+    });
+    ctx.followed_controller(&store, changes)
         .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
             let woken: Vec<_> = of_secrets
                 .state()
@@ -288,9 +293,8 @@ fn binding_controller(
                 .into_iter()
                 .filter(|b| match &seen {
                     Seen::Changed(instance) => {
-                        b.metadata.namespace == instance.metadata.namespace
-                            && instance.metadata.name.as_deref()
-                                == Some(identity::bound_instance_name(b))
+                        b.metadata.namespace == instance.namespace
+                            && instance.name == identity::bound_instance_name(b)
                     }
                     Seen::Missed => true,
                 })
@@ -305,18 +309,6 @@ fn binding_controller(
                 tracing::debug!(error = %e, "binding controller");
             }
         })
-}
-
-/// A reference to every object of `store`.
-fn every<K>(store: &reflector::Store<K>) -> Vec<ObjectRef<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    store
-        .state()
-        .iter()
-        .map(|o| ObjectRef::from_obj(o.as_ref()))
-        .collect()
 }
 
 async fn broker_controller<B: BrokerKind>(

@@ -30,7 +30,7 @@ use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::Context;
-use crate::cache::Seen;
+use crate::cache::{BindingChange, Seen};
 use crate::finalizer;
 use crate::platform;
 use crate::projector::{self, Injection, Mapping};
@@ -172,7 +172,7 @@ pub fn run(
 /// The controller of [`run`], woken by `bindings` and `secrets`.
 async fn following(
     ctx: Arc<Context>,
-    bindings: impl futures::Stream<Item = Seen<Arc<ServiceBinding>>> + Send + 'static,
+    bindings: impl futures::Stream<Item = Seen<Arc<BindingChange>>> + Send + 'static,
     secrets: impl futures::Stream<Item = Seen<Arc<PartialObjectMeta<Secret>>>> + Send + 'static,
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
@@ -195,10 +195,11 @@ async fn following(
     let controller = controller
         .reconcile_on(bindings.flat_map(move |seen| {
             futures::stream::iter(match seen {
-                Seen::Changed(binding) => {
-                    let (namespace, name) = (binding.namespace(), binding.name_any());
+                Seen::Changed(change) => {
+                    let (namespace, name) = (&change.binding.namespace, &change.binding.name);
                     by_binding(&|u| {
-                        u.namespace() == namespace && u.spec.service_binding_ref.name == name
+                        u.metadata.namespace == *namespace
+                            && u.spec.service_binding_ref.name == *name
                     })
                 }
                 Seen::Missed => by_binding(&|_| true),
