@@ -6,15 +6,18 @@
 //! size; here each kind is watched once (kube-runtime reflectors) and read from memory.
 //!
 //! - Catalog kinds, ServiceInstances and ServiceBindings are cached whole; Secrets and
-//!   Namespaces by their metadata alone (a
-//!   `PartialObjectMetadata` watch), so that no credential is held in memory for the cache's
-//!   sake and a cluster's many Secrets cost a few hundred bytes each.
+//!   Namespaces by their metadata alone (a `PartialObjectMetadata` watch), so that no
+//!   credential is held in memory for the cache's sake and a cluster's many Secrets cost a few
+//!   hundred bytes each.
 //! - Every cached object drops its `managedFields`, which the controllers never read and which
 //!   are often the largest part of an object.
 //! - ServiceInstances, ServiceBindings and Secrets are also followed: every change is broadcast
 //!   ([`Caches::instance_changes`], [`Caches::binding_changes`], [`Caches::secret_changes`]), so
 //!   that each controller that reacts to a kind follows the one watch of it instead of watching
-//!   it again. The instance and binding controllers take their own objects from there too.
+//!   it again; instances and bindings as references, so that a follower that falls behind
+//!   keeps no object alive. The instance and binding controllers are woken from there too. A
+//!   listing is not broadcast object by object but as one "anything may have changed" at its
+//!   end, once the store holds it all ([`Seen::Missed`]).
 //! - [`Caches::start`] drives the reflectors (once, from [`crate::run`]), and
 //!   [`Caches::ready`] waits for their first complete listing: a controller that started before
 //!   would take an empty catalog for a missing one.
