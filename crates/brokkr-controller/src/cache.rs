@@ -419,3 +419,47 @@ where
         })
         .boxed()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(name: &str) -> watcher::Event<PartialObjectMeta<Secret>> {
+        let mut secret = PartialObjectMeta::<Secret>::default();
+        secret.metadata.name = Some(name.to_owned());
+        watcher::Event::Apply(secret)
+    }
+
+    fn seen(s: Seen<Arc<PartialObjectMeta<Secret>>>) -> String {
+        match s {
+            Seen::Changed(secret) => secret.name_any(),
+            Seen::Missed => "missed".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listing_is_one_wake_at_its_end_and_a_follower_that_fell_behind_is_told() {
+        let (sender, _) = broadcast::channel(4);
+        let mut follower = Box::pin(follow(&sender));
+        broadcast(&sender, watcher::Event::Init, |s| s);
+        broadcast(
+            &sender,
+            watcher::Event::InitApply(PartialObjectMeta::default()),
+            |s| s,
+        );
+        broadcast(&sender, watcher::Event::InitDone, |s| s);
+        broadcast(&sender, event("a"), |s| s);
+        assert_eq!(seen(follower.next().await.unwrap()), "missed");
+        assert_eq!(seen(follower.next().await.unwrap()), "a");
+        // Six changes into a buffer of four: the oldest are lost, and the follower hears so
+        // before the ones it still gets.
+        for name in ["b", "c", "d", "e", "f", "g"] {
+            broadcast(&sender, event(name), |s| s);
+        }
+        let mut names = Vec::new();
+        for _ in 0..5 {
+            names.push(seen(follower.next().await.unwrap()));
+        }
+        assert_eq!(names, ["missed", "d", "e", "f", "g"]);
+    }
+}
