@@ -15,6 +15,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
+/// How often a replica waiting for the lease looks whether it expired: one GET a second.
+const ACQUIRE_EVERY: Duration = Duration::from_secs(1);
+
 /// One replica's hold on a named Lease.
 #[derive(Clone)]
 pub struct LeaseLock {
@@ -108,7 +111,9 @@ impl LeaseLock {
         .map(drop)
     }
 
-    /// Waits until this replica holds the lease, trying every third of its duration.
+    /// Waits until this replica holds the lease, trying every [`ACQUIRE_EVERY`] (or every third
+    /// of the lease's duration, if that is shorter): a replica waiting takes over within that
+    /// of the lease's expiry.
     pub async fn acquire(&self) {
         loop {
             match self.try_acquire_or_renew().await {
@@ -116,7 +121,7 @@ impl LeaseLock {
                 Ok(false) => {}
                 Err(e) => tracing::warn!(lease = %self.name, error = %e, "cannot read the lease"),
             }
-            tokio::time::sleep(self.duration / 3).await;
+            tokio::time::sleep(ACQUIRE_EVERY.min(self.duration / 3)).await;
         }
         tracing::info!(lease = %self.name, identity = %self.identity, "holding the lease");
     }
