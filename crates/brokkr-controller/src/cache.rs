@@ -81,7 +81,7 @@ pub struct Caches {
 
 /// Changes, as broadcast: what an object created, changed or deleted says, or `None` when its
 /// kind was listed anew (what changed in between is not known).
-type Broadcast<T> = broadcast::Sender<Option<Arc<T>>>;
+pub(crate) type Broadcast<T> = broadcast::Sender<Option<Arc<T>>>;
 
 /// A ServiceBinding created, changed or deleted: what its followers need of it. (Followers get
 /// references, not objects: a follower that falls behind keeps no copy of an object alive.)
@@ -209,16 +209,25 @@ pub(crate) fn broadcast<K, T>(
     }
 }
 
-/// A reference to every object of `store`: what a follower that missed changes wakes.
-pub fn every<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
+/// A reference to each object of `store` that `wakes`: what a follower maps a change to.
+pub fn woken<K>(store: &Store<K>, wakes: impl Fn(&K) -> bool) -> Vec<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     store
         .state()
         .iter()
+        .filter(|o| wakes(o))
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
+}
+
+/// A reference to every object of `store`: what a follower that missed changes wakes.
+pub fn every<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    woken(store, |_| true)
 }
 
 impl Caches {

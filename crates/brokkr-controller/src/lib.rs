@@ -180,13 +180,10 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
     let usages = usage::run(ctx.clone(), shutdown.clone());
     let caches = ctx.caches.start(&ctx.client, &ctx.scope, &ctx.written);
     let caches = futures::future::join_all(caches).map(drop);
-    let (ctx_for_controllers, shutdown_for_controllers) = (ctx.clone(), shutdown.clone());
     let controllers = async move {
         // An empty catalog would read as a missing one: nothing is reconciled before the caches
         // listed everything once.
-        ctx_for_controllers.caches.ready().await;
-        let ctx = ctx_for_controllers;
-        let shutdown = shutdown_for_controllers;
+        ctx.caches.ready().await;
         let cluster_brokers = ctx.scope.reconciles_cluster_brokers().then(|| {
             broker_controller::<ClusterServiceBroker>(
                 ctx.clone(),
@@ -219,7 +216,6 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
         // The caches run until dropped; their watches end only if the API server goes away.
         () = caches => {}
     }
-    drop(ctx);
 }
 
 /// The instance controller: woken by its instances' changes, by a Secret that `parametersFrom`
@@ -276,31 +272,21 @@ fn binding_controller(
     });
     ctx.followed_controller(&store, changes)
         .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
-            let woken: Vec<_> = of_secrets
-                .state()
-                .into_iter()
-                .filter(|b| match &seen {
-                    Seen::Changed(secret) => binding::uses_secret(b, secret),
-                    Seen::Missed => true,
-                })
-                .map(|b| ObjectRef::from_obj(&*b))
-                .collect();
-            futures::stream::iter(woken)
+            futures::stream::iter(match seen {
+                Seen::Changed(secret) => {
+                    cache::woken(&of_secrets, |b| binding::uses_secret(b, &secret))
+                }
+                Seen::Missed => cache::every(&of_secrets),
+            })
         }))
         .reconcile_on(ctx.caches.instance_changes().flat_map(move |seen| {
-            let woken: Vec<_> = of_instances
-                .state()
-                .into_iter()
-                .filter(|b| match &seen {
-                    Seen::Changed(instance) => {
-                        b.metadata.namespace == instance.namespace
-                            && instance.name == identity::bound_instance_name(b)
-                    }
-                    Seen::Missed => true,
-                })
-                .map(|b| ObjectRef::from_obj(&*b))
-                .collect();
-            futures::stream::iter(woken)
+            futures::stream::iter(match seen {
+                Seen::Changed(instance) => cache::woken(&of_instances, |b| {
+                    b.metadata.namespace == instance.namespace
+                        && instance.name == identity::bound_instance_name(b)
+                }),
+                Seen::Missed => cache::every(&of_instances),
+            })
         }))
         .graceful_shutdown_on(shutdown)
         .run(binding::reconcile, binding::error_policy, ctx.clone())

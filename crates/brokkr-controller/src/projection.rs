@@ -30,11 +30,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{GroupVersionKind, Selector, SelectorExt as _};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
-use crate::Context;
 use crate::finalizer;
 use crate::projector::{self, Path, Projection};
 use crate::resources::LocalObjectReference;
@@ -43,6 +41,7 @@ use crate::resources::servicebinding_io::{
     ServiceBindingStatus,
 };
 use crate::workloads::{Seen, WorkloadChange};
+use crate::{Context, cache};
 
 /// The finalizer under which a binding's projections are removed.
 pub const FINALIZER: &str = "servicebinding.io/finalizer";
@@ -88,16 +87,10 @@ pub async fn run(
     let controller = controller
         // A service or workload that appears, goes or changes wakes the bindings it concerns.
         .reconcile_on(ctx.workloads.changes().flat_map(move |seen| {
-            let concerned: Vec<_> = bindings
-                .state()
-                .into_iter()
-                .filter(|b| match &seen {
-                    Seen::Changed(change) => concerns(b, change),
-                    Seen::Missed => true,
-                })
-                .map(|b| ObjectRef::from_obj(&*b))
-                .collect();
-            futures::stream::iter(concerned)
+            futures::stream::iter(match seen {
+                Seen::Changed(change) => cache::woken(&bindings, |b| concerns(b, &change)),
+                Seen::Missed => cache::every(&bindings),
+            })
         }))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)

@@ -24,13 +24,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{GroupVersionKind, PartialObjectMeta};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::Context;
-use crate::cache::{BindingChange, Seen};
+use crate::cache::{self, BindingChange, Seen};
 use crate::finalizer;
 use crate::platform;
 use crate::projector::{self, Injection, Mapping};
@@ -161,8 +160,7 @@ pub fn run(
     let bindings = ctx.caches.binding_changes();
     let secrets = ctx.caches.secret_changes();
     async move {
-        let client = &ctx.client.clone();
-        if let Err(e) = create_shipped_usage_kinds(client).await {
+        if let Err(e) = create_shipped_usage_kinds(&ctx.client).await {
             tracing::warn!(error = %e, "creating the shipped UsageKinds");
         }
         following(ctx, bindings, secrets, shutdown).await;
@@ -182,14 +180,7 @@ async fn following(
         ctx.scope.watch_config(),
     );
     let usages = controller.store();
-    let using = move |pick: &dyn Fn(&ServiceBindingUsage) -> bool| {
-        usages
-            .state()
-            .into_iter()
-            .filter(|u| pick(u))
-            .map(|u| ObjectRef::from_obj(&*u))
-            .collect::<Vec<_>>()
-    };
+    let using = move |pick: &dyn Fn(&ServiceBindingUsage) -> bool| cache::woken(&usages, pick);
     let (by_binding, by_secret, by_kind, by_workload) =
         (using.clone(), using.clone(), using.clone(), using);
     let controller = controller

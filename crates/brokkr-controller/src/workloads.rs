@@ -8,7 +8,8 @@
 //! change concerns, and a cluster's many Deployments then cost little memory. Every change is
 //! published to the controllers that [`Workloads::changes`] subscribed, which map it to the
 //! objects to reconcile; a subscriber that falls behind is told so and reconciles everything it
-//! may have missed.
+//! may have missed, and so does every subscriber when a watch lists its kind (at its start, or
+//! after it lost its place) instead of hearing of each workload listed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,7 @@ pub type Seen = crate::cache::Seen<Arc<WorkloadChange>>;
 /// The workload kinds watched, and the changes seen.
 pub struct Workloads {
     watched: Mutex<HashMap<(String, String, String), tokio::task::JoinHandle<()>>>,
-    changes: broadcast::Sender<Option<Arc<WorkloadChange>>>,
+    changes: crate::cache::Broadcast<WorkloadChange>,
     /// The kinds discovered so far (a kind once served stays served for the controller's
     /// purposes; a request to a kind removed since fails like one to a missing workload).
     discovered: Mutex<HashMap<GroupVersionKind, ApiResource>>,

@@ -104,18 +104,13 @@ pub fn named_by_secret(
     let (Some(ns), name) = (secret.namespace(), secret.name_any()) else {
         return Vec::new();
     };
-    store
-        .state()
-        .iter()
-        .filter(|i| i.namespace().as_deref() == Some(&ns))
-        .filter(|i| {
-            i.spec
+    crate::cache::woken(store, |i| {
+        i.namespace().as_deref() == Some(&ns)
+            && i.spec
                 .parameters_from
                 .iter()
                 .any(|p| p.secret_key_ref.as_ref().is_some_and(|r| r.name == name))
-        })
-        .map(|i| ObjectRef::from_obj(i.as_ref()))
-        .collect()
+    })
 }
 
 fn condition_is<'a>(status: &'a ServiceInstanceStatus, type_: &str) -> Option<&'a str> {

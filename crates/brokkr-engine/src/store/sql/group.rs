@@ -13,10 +13,10 @@
 //! A batch costs two round trips whatever its size: `BEGIN` and the first statement of every
 //! change in one query, then the statements of the changes whose first statement changed a row,
 //! and `COMMIT`, in another; one round trip when every change of the batch is one statement
-//! (`COMMIT` then ends the first query). Both are queries of several statements, which PostgreSQL's simple
-//! query protocol runs in one message but without parameters: each statement is prepared once on
-//! the committer's connection, its parameters typed as they are bound, and run as an `EXECUTE`
-//! with its arguments written in as literals ([`Statement::literals`]).
+//! (`COMMIT` then ends the first query). Both are queries of several statements, which
+//! PostgreSQL's simple query protocol runs in one message but without parameters: each statement
+//! is prepared once on the committer's connection, its parameters typed as they are bound, and
+//! run as an `EXECUTE` with its arguments written in as literals ([`Statement::literals`]).
 //!
 //! A change is a compare-and-set statement and the statements that stand only if it changed a
 //! row ([`SqlStore::write`](super::SqlStore)): a change whose first statement changes nothing
@@ -176,9 +176,10 @@ pub(super) type Outcome = (bool, Option<RowValues>);
 /// every change is one statement). Both are queries of several statements, which PostgreSQL's
 /// simple query protocol runs in one message but without parameters: each statement is prepared
 /// once on the connection (`PREPARE`, its arguments typed as they are bound) and run as an
-/// `EXECUTE` with its arguments written in ([`Statement::literals`]). `Err` when a statement failed or a value cannot be written as a
-/// literal (nothing was committed); `Ok(Err)` when the commit failed; else what each change
-/// did. After a failure the session is closed, which also ends its transaction.
+/// `EXECUTE` with its arguments written in ([`Statement::literals`]). `Err` when a statement
+/// failed or a value cannot be written as a literal (nothing was committed); `Ok(Err)` when the
+/// commit failed; else what each change did. After a failure the session is closed, which also
+/// ends its transaction.
 async fn commit(
     pool: &AnyPool,
     session: &mut Option<Session>,
