@@ -214,10 +214,10 @@ pub fn woken<K>(store: &Store<K>, wakes: impl Fn(&K) -> bool) -> Vec<ObjectRef<K
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
+    // `state_filter` clones only the references it keeps (`state` clones every one).
     store
-        .state()
+        .state_filter(wakes)
         .iter()
-        .filter(|o| wakes(o))
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
 }
