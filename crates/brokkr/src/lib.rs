@@ -120,6 +120,9 @@ pub fn main() -> ExitCode {
 /// runtime, and its error, if any, is printed here and makes the exit code 1.
 pub fn main_with(kinds: StepKinds) -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Controller(_)) {
+        controller::without_huge_pages();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
