@@ -230,6 +230,24 @@ where
     woken(store, |_| true)
 }
 
+/// The objects of `store` that `changes` wake: what `wakes` maps each change to, and every
+/// object where changes may have been missed.
+pub fn waking<K, T>(
+    store: Store<K>,
+    changes: impl futures::Stream<Item = Seen<T>> + Send + 'static,
+    wakes: impl Fn(&Store<K>, T) -> Vec<ObjectRef<K>> + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    changes.flat_map(move |seen| {
+        futures::stream::iter(match seen {
+            Seen::Changed(change) => wakes(&store, change),
+            Seen::Missed => every(&store),
+        })
+    })
+}
+
 impl Caches {
     /// The ServiceInstances created, changed or deleted from now on.
     pub fn instance_changes(

@@ -55,7 +55,6 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use broker::BrokerKind;
-use cache::Seen;
 use metrics::Metrics;
 use resources::{ClusterServiceBroker, ServiceBroker};
 pub use scope::Scope;
@@ -226,26 +225,20 @@ fn instance_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
-    let (own, of_secrets, of_bindings) = (store.clone(), store.clone(), store.clone());
-    let changes = ctx.caches.instance_changes().flat_map(move |seen| {
-        futures::stream::iter(match seen {
-            Seen::Changed(instance) => vec![instance.as_ref().clone()],
-            Seen::Missed => cache::every(&own),
-        })
+    let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, i| {
+        vec![i.as_ref().clone()]
     });
     ctx.followed_controller(&store, changes)
-        .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(secret) => instance::named_by_secret(&of_secrets, &secret),
-                Seen::Missed => cache::every(&of_secrets),
-            })
-        }))
-        .reconcile_on(ctx.caches.binding_changes().flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(binding) => vec![binding.instance.clone()],
-                Seen::Missed => cache::every(&of_bindings),
-            })
-        }))
+        .reconcile_on(cache::waking(
+            store.clone(),
+            ctx.caches.secret_changes(),
+            |instances, secret| instance::named_by_secret(instances, &secret),
+        ))
+        .reconcile_on(cache::waking(
+            store.clone(),
+            ctx.caches.binding_changes(),
+            |_, binding| vec![binding.instance.clone()],
+        ))
         .graceful_shutdown_on(shutdown)
         .run(instance::reconcile, instance::error_policy, ctx.clone())
         .for_each(|result| async move {
@@ -263,31 +256,25 @@ fn binding_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
-    let (own, of_secrets, of_instances) = (store.clone(), store.clone(), store.clone());
-    let changes = ctx.caches.binding_changes().flat_map(move |seen| {
-        futures::stream::iter(match seen {
-            Seen::Changed(change) => vec![change.binding.clone()],
-            Seen::Missed => cache::every(&own),
-        })
+    let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, change| {
+        vec![change.binding.clone()]
     });
     ctx.followed_controller(&store, changes)
-        .reconcile_on(ctx.caches.secret_changes().flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(secret) => {
-                    cache::woken(&of_secrets, |b| binding::uses_secret(b, &secret))
-                }
-                Seen::Missed => cache::every(&of_secrets),
-            })
-        }))
-        .reconcile_on(ctx.caches.instance_changes().flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(instance) => cache::woken(&of_instances, |b| {
+        .reconcile_on(cache::waking(
+            store.clone(),
+            ctx.caches.secret_changes(),
+            |bindings, secret| cache::woken(bindings, |b| binding::uses_secret(b, &secret)),
+        ))
+        .reconcile_on(cache::waking(
+            store.clone(),
+            ctx.caches.instance_changes(),
+            |bindings, instance| {
+                cache::woken(bindings, |b| {
                     b.metadata.namespace == instance.namespace
                         && instance.name == identity::bound_instance_name(b)
-                }),
-                Seen::Missed => cache::every(&of_instances),
-            })
-        }))
+                })
+            },
+        ))
         .graceful_shutdown_on(shutdown)
         .run(binding::reconcile, binding::error_policy, ctx.clone())
         .for_each(|result| async move {

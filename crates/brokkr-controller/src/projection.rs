@@ -40,7 +40,7 @@ use crate::resources::servicebinding_io::{
     ClusterWorkloadResourceMapping, MappingContainer, MappingTemplate, ServiceBinding,
     ServiceBindingStatus,
 };
-use crate::workloads::{Seen, WorkloadChange};
+use crate::workloads::WorkloadChange;
 use crate::{Context, cache};
 
 /// The finalizer under which a binding's projections are removed.
@@ -86,12 +86,11 @@ pub async fn run(
     let bindings = controller.store();
     let controller = controller
         // A service or workload that appears, goes or changes wakes the bindings it concerns.
-        .reconcile_on(ctx.workloads.changes().flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(change) => cache::woken(&bindings, |b| concerns(b, &change)),
-                Seen::Missed => cache::every(&bindings),
-            })
-        }))
+        .reconcile_on(cache::waking(
+            bindings,
+            ctx.workloads.changes(),
+            |bindings, change| cache::woken(bindings, |b| concerns(b, &change)),
+        ))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

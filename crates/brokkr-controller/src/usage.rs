@@ -180,41 +180,26 @@ async fn following(
         ctx.scope.watch_config(),
     );
     let usages = controller.store();
-    let using = move |pick: &dyn Fn(&ServiceBindingUsage) -> bool| cache::woken(&usages, pick);
-    let (by_binding, by_secret, by_kind, by_workload) =
-        (using.clone(), using.clone(), using.clone(), using);
+    let of_kinds = usages.clone();
     let controller = controller
-        .reconcile_on(bindings.flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(change) => {
-                    let (namespace, name) = (&change.binding.namespace, &change.binding.name);
-                    by_binding(&|u| {
-                        u.metadata.namespace == *namespace
-                            && u.spec.service_binding_ref.name == *name
-                    })
-                }
-                Seen::Missed => by_binding(&|_| true),
+        .reconcile_on(cache::waking(usages.clone(), bindings, |usages, change| {
+            let (namespace, name) = (&change.binding.namespace, &change.binding.name);
+            cache::woken(usages, |u| {
+                u.metadata.namespace == *namespace && u.spec.service_binding_ref.name == *name
             })
         }))
-        .reconcile_on(secrets.flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(secret) => {
-                    let namespace = secret.namespace();
-                    let owners: Vec<String> = secret
-                        .owner_references()
-                        .iter()
-                        .filter(|o| {
-                            o.kind == "ServiceBinding"
-                                && o.api_version.starts_with(crate::resources::GROUP)
-                        })
-                        .map(|o| o.name.clone())
-                        .collect();
-                    by_secret(&|u| {
-                        u.namespace() == namespace
-                            && owners.contains(&u.spec.service_binding_ref.name)
-                    })
-                }
-                Seen::Missed => by_secret(&|_| true),
+        .reconcile_on(cache::waking(usages.clone(), secrets, |usages, secret| {
+            let namespace = secret.namespace();
+            let owners: Vec<String> = secret
+                .owner_references()
+                .iter()
+                .filter(|o| {
+                    o.kind == "ServiceBinding" && o.api_version.starts_with(crate::resources::GROUP)
+                })
+                .map(|o| o.name.clone())
+                .collect();
+            cache::woken(usages, |u| {
+                u.namespace() == namespace && owners.contains(&u.spec.service_binding_ref.name)
             })
         }))
         .watches(
@@ -222,22 +207,21 @@ async fn following(
             watcher::Config::default(),
             move |kind| {
                 let name = kind.name_any();
-                by_kind(&|u| u.spec.used_by.kind == name)
+                cache::woken(&of_kinds, |u| u.spec.used_by.kind == name)
             },
         )
         // A workload that appears, goes or changes wakes the usages that name it.
-        .reconcile_on(ctx.workloads.changes().flat_map(move |seen| {
-            futures::stream::iter(match seen {
-                Seen::Changed(change) => {
-                    let (namespace, name) = (&change.metadata.namespace, &change.metadata.name);
-                    by_workload(&|u| {
-                        u.metadata.namespace == *namespace
-                            && Some(&u.spec.used_by.name) == name.as_ref()
-                    })
-                }
-                Seen::Missed => by_workload(&|_| true),
-            })
-        }))
+        .reconcile_on(cache::waking(
+            usages,
+            ctx.workloads.changes(),
+            |usages, change| {
+                let (namespace, name) = (&change.metadata.namespace, &change.metadata.name);
+                cache::woken(usages, |u| {
+                    u.metadata.namespace == *namespace
+                        && Some(&u.spec.used_by.name) == name.as_ref()
+                })
+            },
+        ))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
