@@ -89,9 +89,12 @@ def main():
         pg_s = compare("lifecycle", "brokkr-postgres", "brokkr", "lifecycle PostgreSQL vs SQLite")
         two_o = compare("lifecycle", "brokkr-pg-2x", "openbrokerapi", "lifecycle (PG, 2 replicas) vs oba")
         two_one = compare("lifecycle", "brokkr-pg-2x", "brokkr-postgres", "lifecycle PG 2 replicas vs 1")
+        compare("lifecycle", "brokkr-pg-2x-affinity", "brokkr-postgres",
+                "lifecycle PG 2 replicas, affinity, vs 1")
         compare("lifecycle", "brokkr", "brokkr-before", "lifecycle vs brokkr before")
         floor = float(a.floor)
-        for t in ("brokkr", "brokkr-postgres", "brokkr-pg-2x", "brokkr-before", "openbrokerapi"):
+        for t in ("brokkr", "brokkr-postgres", "brokkr-pg-2x", "brokkr-pg-2x-affinity", "brokkr-before",
+                  "openbrokerapi"):
             if ("lifecycle", t) in by:
                 share = summary(by[("lifecycle", t)])["throughput"] / floor
                 results["lifecycle_of_floor"][t] = round(share, 3)
@@ -129,12 +132,12 @@ def main():
         target(f"brokkr peak RSS (VmHWM) at {large} instances ≤ 64 MB", mem["hwm_mb"], 64, False)
 
     print()
-    print(f"{'comparison':<34} {'brokkr':>12} {'baseline':>12} {'ratio':>7}   {'p99 brokkr':>10} {'p99 base':>9} {'ratio':>6}  errors")
+    print(f"{'comparison':<40} {'brokkr':>12} {'baseline':>12} {'ratio':>7}   {'p99 brokkr':>10} {'p99 base':>9} {'ratio':>6}  errors")
     for c in results["comparisons"]:
         b, r = c["brokkr_summary"], c["baseline_summary"]
         unit = "lc/s" if c["scenario"] == "lifecycle" else "req/s"
         print(
-            f"{c['label']:<34} {b['throughput']:>7.0f} {unit:<4} {r['throughput']:>7.0f} {unit:<4}"
+            f"{c['label']:<40} {b['throughput']:>7.0f} {unit:<4} {r['throughput']:>7.0f} {unit:<4}"
             f" {c['throughput_ratio']:>6.2f}×   {b['p99_ms']:>7.2f} ms {r['p99_ms']:>6.2f} ms {c['p99_ratio']:>5.2f}×"
             f"  {b['errors']}/{r['errors']}"
         )

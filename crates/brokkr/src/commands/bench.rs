@@ -43,6 +43,11 @@ pub struct BenchArgs {
     /// replicas.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: Vec<String>,
+    /// With several --url: each client sends all its requests to one of them (the clients spread
+    /// over the URLs), as through a load balancer with session affinity, instead of each request
+    /// to the next URL.
+    #[arg(long)]
+    affinity: bool,
     /// Basic auth user name.
     #[arg(long, env = "BROKKR_BROKER_USERNAME")]
     username: Option<String>,
@@ -117,7 +122,8 @@ async fn catalog_unparsed(osb: &Client) -> Result<()> {
 struct Driver {
     /// A client per broker URL.
     osbs: Arc<[Client]>,
-    /// Requests made: which URL the next one goes to.
+    /// Requests made (or, with `--affinity`, the client's number): which URL the next one goes
+    /// to.
     turn: usize,
     args: Arc<BenchArgs>,
 }
@@ -125,7 +131,9 @@ struct Driver {
 impl Driver {
     /// The client for the next request.
     fn osb(&mut self) -> Client {
-        self.turn += 1;
+        if !self.args.affinity {
+            self.turn += 1;
+        }
         self.osbs[self.turn % self.osbs.len()].clone()
     }
 
