@@ -7,8 +7,9 @@
 //! to those rather than to the index lookups themselves. Here the reads go to one of
 //! [`READERS`] tasks, each on a [`Session`] of its own. Whenever a reader is free it takes every
 //! read waiting for it, up to [`MAX_BATCH`], and sends them as one query (an `EXECUTE` of the
-//! prepared `SELECT` per read), so that reads that arrive together share a round trip; alone, a
-//! read is sent at once.
+//! prepared `SELECT` per read; several queries when they are longer than one TLS record, see
+//! `session`), so that reads that arrive together share a round trip; alone, a read is sent at
+//! once.
 //!
 //! A read sees at least everything committed before it was asked: PostgreSQL runs each
 //! statement of such a query with a snapshot of its own (read committed), taken when it starts,
@@ -24,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::binding_col;
 use super::row::{SELECT_ROW, SELECT_STATUS};
-use super::session::Session;
+use super::session::{Session, queries};
 use super::statement::Statement;
 use super::view::RowValues;
 use crate::model::Key;
@@ -155,24 +156,24 @@ async fn read_on(
         .map(|read| open.execute(&read.statement(), &mut prepares))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| sqlx::Error::Protocol("a key PostgreSQL's text cannot hold".into()))?;
-    let sql = prepares.iter().chain(&selects).map(String::as_str);
-    let sql = sql.collect::<Vec<_>>().join(";\n");
-    let mut results = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_many(&mut *open.conn);
     let mut rows = Vec::with_capacity(batch.len());
     // Results come statement after statement: the `PREPARE`s, then a row or none per read.
     let mut before = prepares.len();
     let mut returned = None;
-    while let Some(result) = results.next().await {
-        match result? {
-            Either::Right(row) => returned = returned.or(Some(row)),
-            Either::Left(_) if before > 0 => before -= 1,
-            Either::Left(_) => rows.push(
-                returned
-                    .take()
-                    .as_ref()
-                    .map(RowValues::from_any)
-                    .transpose()?,
-            ),
+    for query in queries(prepares.iter().chain(&selects).map(String::as_str)) {
+        let mut results = sqlx::raw_sql(AssertSqlSafe(query)).fetch_many(&mut *open.conn);
+        while let Some(result) = results.next().await {
+            match result? {
+                Either::Right(row) => returned = returned.or(Some(row)),
+                Either::Left(_) if before > 0 => before -= 1,
+                Either::Left(_) => rows.push(
+                    returned
+                        .take()
+                        .as_ref()
+                        .map(RowValues::from_any)
+                        .transpose()?,
+                ),
+            }
         }
     }
     if rows.len() != batch.len() {

@@ -10,10 +10,11 @@
 //! change commits at once; under load, the changes that arrive during a commit share the next
 //! one.
 //!
-//! A batch costs two round trips whatever its size: `BEGIN` and the first statement of every
+//! A batch costs two round trips: `BEGIN` and the first statement of every
 //! change in one query, then the statements of the changes whose first statement changed a row,
 //! and `COMMIT`, in another; one round trip when every change of the batch is one statement
-//! (`COMMIT` then ends the first query). Both are queries of several statements, which
+//! (`COMMIT` then ends the first query); a round trip more for every 16 KiB a batch's statements
+//! take beyond the first (`session::queries`). Both are queries of several statements, which
 //! PostgreSQL's simple query protocol runs in one message but without parameters: each statement
 //! is prepared once on the committer's connection, its parameters typed as they are bound, and
 //! run as an `EXECUTE` with its arguments written in as literals ([`Statement::literals`]).
@@ -34,7 +35,7 @@ use futures::StreamExt;
 use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Either};
 use tokio::sync::{mpsc, oneshot};
 
-use super::session::Session;
+use super::session::{Session, queries};
 use super::statement::Statement;
 use super::view::{RowValues, Seen, Touches, View};
 use crate::store::StoreError;
@@ -228,19 +229,21 @@ async fn commit_on(
         .collect::<Option<Vec<_>>>()
         .ok_or_else(unwritable)?;
     let statements = prepares.len() + rests.len();
-    let sql = (prepares.iter().chain(&rests).map(String::as_str))
-        .chain(["COMMIT"])
-        .collect::<Vec<_>>()
-        .join(";\n");
-    let mut results = sqlx::raw_sql(AssertSqlSafe(sql)).execute_many(&mut *open.conn);
+    let queries = queries((prepares.iter().chain(&rests).map(String::as_str)).chain(["COMMIT"]));
+    let last = queries.len() - 1;
     let mut done = 0;
-    while let Some(result) = results.next().await {
-        match result {
-            Ok(_) => done += 1,
-            // A statement the server refused: it skipped the rest, `COMMIT` too.
-            Err(failed @ sqlx::Error::Database(_)) if done < statements => return Err(failed),
-            // The commit failed, or the connection did while the server may have committed.
-            Err(commit_failed) => return Ok(Err(commit_failed)),
+    for (i, query) in queries.into_iter().enumerate() {
+        let mut results = sqlx::raw_sql(AssertSqlSafe(query)).execute_many(&mut *open.conn);
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(_) => done += 1,
+                // A statement the server refused: it skipped the rest, `COMMIT` too.
+                Err(failed @ sqlx::Error::Database(_)) if done < statements => return Err(failed),
+                // Anything that failed before the query with `COMMIT` was sent.
+                Err(failed) if i < last => return Err(failed),
+                // The commit failed, or the connection did while the server may have committed.
+                Err(commit_failed) => return Ok(Err(commit_failed)),
+            }
         }
     }
     Ok(Ok(outcomes))
@@ -265,39 +268,44 @@ async fn firsts_in_transaction(
     if commit {
         statements.push("COMMIT".into());
     }
-    let mut results = sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).fetch_many(conn);
+    let queries = queries(statements.iter().map(String::as_str));
+    let last = queries.len() - 1;
     let mut outcomes = Vec::with_capacity(batch.len());
     // Results come statement after statement: the `PREPARE`s and `BEGIN`, then the changes',
     // then `COMMIT`'s.
     let mut before = prepares.len() + 1;
     let mut returned = None;
     let mut committed = false;
-    while let Some(result) = results.next().await {
-        let result = match result {
-            Ok(result) => result,
-            // A statement the server refused: it skipped the rest, `COMMIT` too.
-            Err(failed @ sqlx::Error::Database(_)) if outcomes.len() < batch.len() => {
-                return Err(failed);
-            }
-            Err(failed) if !commit => return Err(failed),
-            Err(commit_failed) => return Ok(Err(commit_failed)),
-        };
-        match result {
-            Either::Right(row) => returned = returned.or(Some(row)),
-            Either::Left(_) if before > 0 => before -= 1,
-            Either::Left(_) if commit && outcomes.len() == batch.len() => committed = true,
-            Either::Left(done) => {
-                let change = batch
-                    .get(outcomes.len())
-                    .ok_or_else(|| sqlx::Error::Protocol("more results than statements".into()))?;
-                let row = returned.take();
-                outcomes.push(match change.touches {
-                    Touches::Nothing => (done.rows_affected() > 0, None),
-                    Touches::Resource(_) | Touches::InstanceAndBindings(_) => (
-                        row.is_some(),
-                        row.as_ref().map(RowValues::from_any).transpose()?,
-                    ),
-                });
+    for (i, query) in queries.into_iter().enumerate() {
+        let mut results = sqlx::raw_sql(AssertSqlSafe(query)).fetch_many(&mut *conn);
+        while let Some(result) = results.next().await {
+            let result = match result {
+                Ok(result) => result,
+                // A statement the server refused: it skipped the rest, `COMMIT` too.
+                Err(failed @ sqlx::Error::Database(_)) if outcomes.len() < batch.len() => {
+                    return Err(failed);
+                }
+                // Anything that failed before the query with `COMMIT` was sent.
+                Err(failed) if !commit || i < last => return Err(failed),
+                Err(commit_failed) => return Ok(Err(commit_failed)),
+            };
+            match result {
+                Either::Right(row) => returned = returned.or(Some(row)),
+                Either::Left(_) if before > 0 => before -= 1,
+                Either::Left(_) if commit && outcomes.len() == batch.len() => committed = true,
+                Either::Left(done) => {
+                    let change = batch.get(outcomes.len()).ok_or_else(|| {
+                        sqlx::Error::Protocol("more results than statements".into())
+                    })?;
+                    let row = returned.take();
+                    outcomes.push(match change.touches {
+                        Touches::Nothing => (done.rows_affected() > 0, None),
+                        Touches::Resource(_) | Touches::InstanceAndBindings(_) => (
+                            row.is_some(),
+                            row.as_ref().map(RowValues::from_any).transpose()?,
+                        ),
+                    });
+                }
             }
         }
     }
@@ -634,6 +642,50 @@ mod tests {
         assert!(session.is_none());
         let three = count(&pool, "SELECT count(*) FROM t WHERE k = $1", 3).await;
         assert_eq!(three, 0);
+        sqlx::query(sqlx::AssertSqlSafe(drop_schema))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    /// A batch longer than one query (see `session::queries`) is still one transaction: every
+    /// change stands, whether in its first query or in its second; a failure in a later query
+    /// leaves nothing of the earlier ones.
+    #[tokio::test]
+    async fn a_batch_longer_than_one_query_is_one_transaction() {
+        let (pool, drop_schema) = table().await;
+        let long = |k: i64| {
+            let v = format!("{k}-{}", "v".repeat(1_000));
+            Statement::new(
+                "INSERT INTO t (k, v) VALUES ($1, $2)",
+                vec![k.into(), v.into()],
+            )
+        };
+        let mut session = None;
+        // Forty inserts of a kilobyte each (one statement each: committed in the first query),
+        // then forty with a second statement (committed in the second).
+        let batch: Vec<Change> = (0..40).map(|k| change(long(k), Vec::new())).collect();
+        let outcomes = commit(&pool, &mut session, &batch).await.unwrap().unwrap();
+        assert!(outcomes.iter().all(|(changed, _)| *changed));
+        let batch: Vec<Change> = (100..140)
+            .map(|k| change(long(k), vec![long(k + 1_000)]))
+            .collect();
+        let outcomes = commit(&pool, &mut session, &batch).await.unwrap().unwrap();
+        assert!(outcomes.iter().all(|(changed, _)| *changed));
+        assert_eq!(
+            count(&pool, "SELECT count(*) FROM t WHERE k >= $1", 0).await,
+            120
+        );
+        // The last change's second statement fails (a duplicate key): nothing stays.
+        let mut batch: Vec<Change> = (200..240)
+            .map(|k| change(long(k), vec![long(k + 1_000)]))
+            .collect();
+        batch.push(change(long(300), vec![long(0)]));
+        let failed = commit(&pool, &mut session, &batch).await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert!(session.is_none());
+        let third = "SELECT count(*) FROM t WHERE k BETWEEN $1 AND $1 + 100 OR k >= $1 + 1000";
+        assert_eq!(count(&pool, third, 200).await, 0);
         sqlx::query(sqlx::AssertSqlSafe(drop_schema))
             .execute(&pool)
             .await
