@@ -820,3 +820,40 @@ async fn bench_drives_lifecycles_and_reports_json() {
         }
     }
 }
+
+/// Two brokers that share nothing: with `--affinity` each client keeps to one of them, so that
+/// every operation is polled where it runs; without it, each request goes to the next broker,
+/// whose answer to a poll of an operation it never saw fails the lifecycle.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_affinity_keeps_each_client_on_one_url() {
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let mut brokers = Vec::new();
+    for dir in &dirs {
+        let config = quickstart_config(dir.path(), Duration::from_millis(10));
+        let auth = Some((USERNAME, PASSWORD));
+        brokers.push(Broker::start(&config, &store_url(dir.path()), auth).await);
+    }
+    for affinity in [true, false] {
+        let mut bench = brokkr_command();
+        bench
+            .args(["bench", "--scenario", "lifecycle", "--concurrency", "2"])
+            .args(["--url", &brokers[0].base, "--url", &brokers[1].base])
+            .args(["--count", "4", "-o", "json"])
+            .args(affinity.then_some("--affinity"))
+            .env("BROKKR_BROKER_USERNAME", USERNAME)
+            .env("BROKKR_BROKER_PASSWORD", PASSWORD);
+        let (_, stdout, stderr) = run_to_end(bench, Duration::from_secs(60)).await;
+        let report: Value = serde_json::from_str(stdout.trim()).expect("a JSON report");
+        let errors = report["errors"].as_u64().unwrap();
+        match affinity {
+            true => {
+                assert_eq!(errors, 0, "{report} {stderr}");
+                assert_eq!(report["lifecycles"], 4, "{report}");
+            }
+            false => assert!(errors > 0, "{report}"),
+        }
+    }
+}
