@@ -10,11 +10,11 @@
 //! change commits at once; under load, the changes that arrive during a commit share the next
 //! one.
 //!
-//! A batch costs two round trips: `BEGIN` and the first statement of every
-//! change in one query, then the statements of the changes whose first statement changed a row,
-//! and `COMMIT`, in another; one round trip when every change of the batch is one statement
-//! (`COMMIT` then ends the first query); a round trip more for every 16 KiB a batch's statements
-//! take beyond the first (`session::queries`). Both are queries of several statements, which
+//! A batch costs two round trips: `BEGIN` and the first statement of every change in one query,
+//! then the statements of the changes whose first statement changed a row, and `COMMIT`, in
+//! another; one round trip when every change of the batch is one statement (`COMMIT` then ends
+//! the first query); a round trip more for every 16 KiB a batch's statements take beyond the
+//! first (`session::queries`). Both are queries of several statements, which
 //! PostgreSQL's simple query protocol runs in one message but without parameters: each statement
 //! is prepared once on the committer's connection, its parameters typed as they are bound, and
 //! run as an `EXECUTE` with its arguments written in as literals ([`Statement::literals`]).
@@ -262,13 +262,11 @@ async fn firsts_in_transaction(
     firsts: &[String],
     commit: bool,
 ) -> Result<Result<Vec<Outcome>, sqlx::Error>, sqlx::Error> {
-    let mut statements = prepares.to_vec();
-    statements.push("BEGIN".into());
-    statements.extend_from_slice(firsts);
-    if commit {
-        statements.push("COMMIT".into());
-    }
-    let queries = queries(statements.iter().map(String::as_str));
+    let statements = (prepares.iter().map(String::as_str))
+        .chain(["BEGIN"])
+        .chain(firsts.iter().map(String::as_str))
+        .chain(commit.then_some("COMMIT"));
+    let queries = queries(statements);
     let last = queries.len() - 1;
     let mut outcomes = Vec::with_capacity(batch.len());
     // Results come statement after statement: the `PREPARE`s and `BEGIN`, then the changes',
