@@ -71,7 +71,7 @@ pub struct Context {
     /// How long a resource waits for what it names to appear or become Ready (a binding for its
     /// instance, an instance for its class and plan) before it fails.
     pub wait_timeout: std::time::Duration,
-    /// Whether `spec.userInfo` is checked by the API server, and so forwarded to brokers.
+    /// Whether `spec.userInfo` is checked by the API server, and so may be forwarded to brokers.
     pub user_info: user_info::Guard,
     /// When each failing instance or binding may call its broker again.
     pub backoffs: backoff::Backoffs,
@@ -100,11 +100,11 @@ impl Context {
     /// the default [`broker::BrokerPolicy`], every namespace, and [`DEFAULT_CONCURRENCY`].
     pub fn new(client: Client) -> Self {
         Self {
+            user_info: user_info::Guard::new(client.clone()),
             client,
             metrics: Metrics::default(),
             cluster_id: None,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
-            user_info: user_info::Guard::default(),
             backoffs: backoff::Backoffs::default(),
             brokers: broker::BrokerPolicy::default(),
             scope: Scope::default(),

@@ -26,6 +26,7 @@ use crate::resources::{
     ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,
     ServiceInstance, UnbindStatus,
 };
+use crate::user_info::Guard;
 
 impl Reconcile<'_> {
     /// Binds: waits while a Secret of that name is not this binding's, builds the parameters,
@@ -90,8 +91,12 @@ impl Reconcile<'_> {
             parameters: params.merged,
             ..BindRequest::default()
         };
-        let answer = resolved
-            .osb
+        // The bind is the binding's spec's: it carries the identity of whoever wrote it, if
+        // checked ([`crate::user_info`]).
+        let user = (self.ctx.user_info)
+            .checked(&self.binding.metadata, self.binding.spec.user_info.as_ref())
+            .await;
+        let answer = Guard::client(&resolved.osb, user)?
             .bind(
                 &instance_id(instance),
                 &binding_id(self.binding),
@@ -103,11 +108,7 @@ impl Reconcile<'_> {
         self.status.in_progress_properties = Some(ServiceBindingPropertiesState {
             parameters: params.redacted,
             parameter_checksum: params.checksum,
-            user_info: self
-                .ctx
-                .user_info
-                .forwarded(self.binding.spec.user_info.as_ref())
-                .cloned(),
+            user_info: user.cloned(),
         });
         self.status.unbind_status = Some(UnbindStatus::Required);
         match answer {

@@ -90,7 +90,7 @@ impl Reconcile<'_> {
             return Ok(Action::await_change());
         }
         let resolved = match resolve(&instance, self.ctx).await? {
-            Ok(resolved) => self.with_identity(resolved)?,
+            Ok(resolved) => resolved,
             Err(missing) => {
                 let message = format!(
                     "cannot unbind: {missing}; annotate this ServiceBinding with {ABANDON_ANNOTATION}=true to release it"

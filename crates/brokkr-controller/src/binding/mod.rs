@@ -45,7 +45,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 
 use crate::broker::Error;
-use crate::instance::resolve::{Resolved, resolve};
+use crate::instance::resolve::resolve;
 use crate::platform::humanize;
 use crate::resources::{
     ConditionStatus, ServiceBinding, ServiceBindingStatus, ServiceInstance, UnbindStatus,
@@ -281,7 +281,6 @@ impl<'a> Reconcile<'a> {
                     .await;
             }
         };
-        let resolved = self.with_identity(resolved)?;
         if self.status.orphan_mitigation_in_progress {
             return self.unbind(&instance, &resolved).await;
         }
@@ -412,16 +411,6 @@ impl<'a> Reconcile<'a> {
         self.event(EventType::Warning, reason, &message, "Bind")
             .await;
         Ok(Action::await_change())
-    }
-
-    /// `resolved` with a broker client that sends the binding's user as the originating
-    /// identity, where the API server checked it ([`crate::user_info`]).
-    fn with_identity(&self, mut resolved: Resolved) -> Result<Resolved, Error> {
-        resolved.osb = self
-            .ctx
-            .user_info
-            .client(resolved.osb, self.binding.spec.user_info.as_ref())?;
-        Ok(resolved)
     }
 
     fn end_operation(&mut self) {

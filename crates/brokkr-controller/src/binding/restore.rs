@@ -19,7 +19,7 @@ impl Reconcile<'_> {
         let name = identity::bound_instance_name(self.binding).to_owned();
         let resolved = match self.instance_named(&name).await? {
             Some(instance) => match resolve(&instance, self.ctx).await? {
-                Ok(resolved) => Some((instance, self.with_identity(resolved)?)),
+                Ok(resolved) => Some((instance, resolved)),
                 Err(_) => None,
             },
             None => None,

@@ -223,7 +223,7 @@ impl Reconcile<'_> {
                 format!("the ServiceInstance {name:?} was re-created since it was bound")
             }
             Some(instance) => match resolve(&instance, self.ctx).await? {
-                Ok(resolved) => return Ok(Some((instance, self.with_identity(resolved)?))),
+                Ok(resolved) => return Ok(Some((instance, resolved))),
                 Err(missing) => missing.to_string(),
             },
             None => format!("the ServiceInstance {name:?} does not exist"),

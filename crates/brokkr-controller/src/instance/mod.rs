@@ -48,7 +48,7 @@ use crate::broker::Error;
 use crate::parameters::{self, Invalid, Parameters};
 use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
-    ServiceInstanceStatus,
+    ServiceInstanceStatus, UserInfo,
 };
 use crate::status::{Freshness, Taken};
 use crate::{conditions, finalizer, identity, platform};
@@ -418,12 +418,11 @@ pub(crate) fn osb_context(instance: &ServiceInstance, ctx: &Context) -> Map<Stri
 }
 
 /// What a provision or update sends, as status keeps it: the plan, the parameters redacted and
-/// their checksum, who asked.
+/// their checksum, the originating identity forwarded with it.
 fn properties(
-    instance: &ServiceInstance,
-    ctx: &Context,
     resolved: &Resolved,
     parameters: &Parameters,
+    user: Option<&UserInfo>,
 ) -> ServiceInstancePropertiesState {
     let (name, id) = (
         Some(resolved.plan.external_name.clone()),
@@ -445,10 +444,7 @@ fn properties(
     ServiceInstancePropertiesState {
         parameters: parameters.redacted.clone(),
         parameter_checksum: parameters.checksum.clone(),
-        user_info: ctx
-            .user_info
-            .forwarded(instance.spec.user_info.as_ref())
-            .cloned(),
+        user_info: user.cloned(),
         ..plan
     }
 }

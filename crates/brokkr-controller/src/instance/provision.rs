@@ -21,6 +21,7 @@ use crate::resources::{
     ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
+use crate::user_info::Guard;
 use crate::{Context, identity, platform};
 
 /// How long after a successful orphan mitigation the provision is tried again.
@@ -109,12 +110,15 @@ pub(super) async fn provision(
         space_guid: Some(instance.namespace().unwrap_or_default()),
         ..ProvisionRequest::default()
     };
-    let answer = resolved
-        .osb
+    // The provision is the spec's: it carries the identity of whoever wrote it, if checked.
+    let user = (ctx.user_info)
+        .checked(&instance.metadata, instance.spec.user_info.as_ref())
+        .await;
+    let answer = Guard::client(&resolved.osb, user)?
         .provision(&instance_id(instance), &request, true)
         .await;
     ctx.metrics.osb_call("provision", &answer);
-    status.in_progress_properties = Some(properties(instance, ctx, resolved, parameters));
+    status.in_progress_properties = Some(properties(resolved, parameters, user));
     match answer {
         Ok(response) if response.is_async() => {
             status.deprovision_status = Some(DeprovisionStatus::Required);

@@ -204,7 +204,6 @@ pub(crate) async fn resolve(
     instance: &ServiceInstance,
     ctx: &Context,
 ) -> Result<Result<Resolved, String>, Error> {
-    let spec = &instance.spec;
     let ns = instance.namespace().unwrap_or_default();
     let (cluster, class_by, plan_by) = named(instance);
     let (Some(class_wanted), Some(plan_wanted)) = (class_by.wanted(), plan_by.wanted()) else {
@@ -257,7 +256,6 @@ pub(crate) async fn resolve(
             .ok_or_else(gone)?;
         osb_client(broker.as_ref(), ctx).await?
     };
-    let osb = ctx.user_info.client(osb, spec.user_info.as_ref())?;
     Ok(Ok(Resolved {
         osb,
         class_display: format!("{class_kind}/{}", class.spec.external_name),

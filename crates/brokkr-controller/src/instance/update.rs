@@ -19,6 +19,7 @@ use crate::parameters::Parameters;
 use crate::resources::{
     ConditionStatus, ServiceInstance, ServiceInstanceOperation, ServiceInstanceStatus,
 };
+use crate::user_info::Guard;
 
 /// What an update changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,12 +74,20 @@ pub(super) async fn update(
         previous_values: Some(previous),
         maintenance_info: None,
     };
-    let answer = resolved
-        .osb
+    // Only an update that a new generation of the spec asks for is its writer's; one that a
+    // parameters Secret or the catalog caused carries no identity.
+    let user = if instance.metadata.generation.unwrap_or_default() != status.reconciled_generation {
+        (ctx.user_info)
+            .checked(&instance.metadata, instance.spec.user_info.as_ref())
+            .await
+    } else {
+        None
+    };
+    let answer = Guard::client(&resolved.osb, user)?
         .update(&instance_id(instance), &request, true)
         .await;
     ctx.metrics.osb_call("update", &answer);
-    status.in_progress_properties = Some(properties(instance, ctx, resolved, parameters));
+    status.in_progress_properties = Some(properties(resolved, parameters, user));
     match answer {
         Ok(response) if response.is_async() => {
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);

@@ -23,6 +23,8 @@ pub struct Seen {
     pub path: String,
     pub query: String,
     pub body: Value,
+    /// The user named by `X-Broker-API-Originating-Identity`, if the request carried one.
+    pub user: Option<String>,
 }
 
 impl Seen {
@@ -73,6 +75,10 @@ impl Broker {
                     path: parts.uri.path().to_owned(),
                     query: parts.uri.query().unwrap_or_default().to_owned(),
                     body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                    user: parts
+                        .headers
+                        .get("X-Broker-API-Originating-Identity")
+                        .map(|h| originating_user(h.to_str().unwrap())),
                 };
                 seen.lock().unwrap().push(request.clone());
                 let (status, body) = (script.lock().unwrap())(&request);
@@ -102,6 +108,18 @@ impl Broker {
     pub fn stop(&self) {
         self.server.abort();
     }
+}
+
+/// The username in an `X-Broker-API-Originating-Identity` value (`kubernetes <base64 JSON>`).
+fn originating_user(header: &str) -> String {
+    use base64::Engine as _;
+    let (platform, value) = header.split_once(' ').unwrap();
+    assert_eq!(platform, "kubernetes");
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .unwrap();
+    let user: Value = serde_json::from_slice(&json).unwrap();
+    user["username"].as_str().unwrap().to_owned()
 }
 
 /// The usual answers: provision 201, update 200, deprovision 200, polls succeeded.

@@ -193,7 +193,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .ok()
         .flatten()
         .and_then(|ns| ns.metadata.uid);
-    let user_info = brokkr_controller::user_info::Guard::default();
+    let user_info = brokkr_controller::user_info::Guard::new(client.clone());
     let context = |scope: Scope| brokkr_controller::Context {
         metrics: metrics.clone(),
         cluster_id: cluster_id.clone(),
@@ -221,7 +221,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .map(|scope| brokkr_controller::run(context(scope), shutdown.clone()))
         .collect();
     // Whose identity is forwarded to brokers: only one the API server checked.
-    let guard = tokio::spawn(user_info.watch(client.clone()));
+    let guard = tokio::spawn(user_info.watch());
     let controllers = futures::future::join_all(runs).map(move |_| guard.abort());
     if args.no_leader_election {
         controllers.await;

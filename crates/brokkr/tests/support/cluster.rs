@@ -84,7 +84,8 @@ pub fn get(namespace: &str, kind: &str, name: &str) -> Option<Value> {
         .then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 
-/// The condition `type_` of `kind/name` once it has `reason`.
+/// The condition `type_` of `kind/name` once it has `reason`; on a time-out the message says
+/// what the object's conditions were.
 pub async fn condition(
     namespace: &str,
     kind: &str,
@@ -92,18 +93,23 @@ pub async fn condition(
     type_: &str,
     reason: &str,
 ) -> Value {
-    eventually(
-        &format!("{kind} {name}: {type_} with reason {reason}"),
-        async || {
-            let object = get(namespace, kind, name)?;
-            object["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == type_ && c["reason"] == reason)
-                .cloned()
-        },
+    let found = async || {
+        let object = get(namespace, kind, name)?;
+        object["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_ && c["reason"] == reason)
+            .cloned()
+    };
+    let waited = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        eventually("a condition", found),
     )
-    .await
+    .await;
+    waited.unwrap_or_else(|_| {
+        let conditions = get(namespace, kind, name).map(|o| o["status"]["conditions"].clone());
+        panic!("timed out waiting for {kind} {name}: {type_} with reason {reason}; its conditions: {conditions:?}")
+    })
 }
 
 /// A namespace's editor, as a tenant is: kubectl impersonating the user `user` (group
@@ -117,6 +123,11 @@ pub struct Tenant {
 impl Tenant {
     /// The editor of `namespace`, once the API server has aggregated brokkr's kinds into `edit`.
     pub async fn edit(namespace: &str) -> Self {
+        Self::editor(namespace, &Self::of(namespace).user).await
+    }
+
+    /// Another editor of `namespace`, named `user`.
+    pub async fn editor(namespace: &str, user: &str) -> Self {
         let roles = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../deploy/base/tenant-rbac.yaml"),
@@ -124,14 +135,17 @@ impl Tenant {
         .unwrap();
         install_crds();
         kubectl(&["apply", "-f", "-"], &roles);
-        let tenant = Self::of(namespace);
+        let tenant = Self {
+            user: user.to_owned(),
+            namespace: namespace.to_owned(),
+        };
         kubectl(
             &[
                 "-n",
                 namespace,
                 "create",
                 "rolebinding",
-                "editors",
+                &format!("editor-{user}"),
                 "--clusterrole=edit",
                 &format!("--user={}", tenant.user),
             ],
