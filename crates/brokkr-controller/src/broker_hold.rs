@@ -78,7 +78,7 @@ pub async fn release(broker: &ServiceBroker, ctx: &Context) -> Result<Action, Er
         let said = status
             .conditions
             .iter()
-            .any(|c| c.type_ == "Ready" && c.message == message);
+            .any(|c| c.type_ == "Ready" && conditions::says(c, &message));
         if !said {
             conditions::set(
                 &mut status.conditions,

@@ -84,7 +84,7 @@ pub async fn event<K>(
             &Event {
                 type_,
                 reason: reason.into(),
-                note: Some(note.chars().take(1000).collect()),
+                note: Some(note_of(note)),
                 action: action.into(),
                 secondary: None,
             },
@@ -94,6 +94,21 @@ pub async fn event<K>(
     if let Err(e) = published {
         tracing::debug!(object = ?object.meta().name, error = %e, "event not published");
     }
+}
+
+/// The most bytes of an Event's note: what `events.k8s.io/v1` accepts.
+const MAX_NOTE: usize = 1024;
+
+/// `text` cut to [`MAX_NOTE`] bytes on a character boundary, marked with `…` when cut.
+fn note_of(text: &str) -> String {
+    if text.len() <= MAX_NOTE {
+        return text.to_owned();
+    }
+    let mut end = MAX_NOTE - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// How soon a reconcile that found its cached object stale runs again, if the watch has not
@@ -177,6 +192,20 @@ mod tests {
         // Waiting as long as it has run doubles the time run: 1, 2, 4, 8 … seconds.
         assert_eq!(backoff(Duration::from_secs(4)), Duration::from_secs(4));
         assert_eq!(backoff(Duration::from_secs(3600)), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_note_fits_what_the_events_api_accepts() {
+        assert_eq!(note_of("short"), "short");
+        for long in ["x".repeat(5000), "€".repeat(1_000_000)] {
+            let note = note_of(&long);
+            assert!(
+                note.len() <= MAX_NOTE && note.len() > MAX_NOTE - 4,
+                "{}",
+                note.len()
+            );
+            assert!(note.ends_with('…'));
+        }
     }
 
     #[test]

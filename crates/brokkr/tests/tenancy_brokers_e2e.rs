@@ -5,8 +5,10 @@
 //! brokkr's kinds. What they check: a broker pointed at the API server tells the tenant
 //! only that it is not an OSB broker; the cloud metadata address is refused by the URL policy;
 //! a loopback broker is refused by a controller with the default policy; a 120 MiB catalog and a
-//! catalog of too many plans are refused without the controller falling over; and a real broker
-//! lists its catalog into the tenant's namespace, readable by the tenant.
+//! catalog of too many plans are refused without the controller falling over; a real broker
+//! lists its catalog into the tenant's namespace, readable by the tenant; and a hostile broker's
+//! 1,000,000-character description and 500,000-character `operation` and `dashboard_url` leave
+//! the tenant's ServiceInstances small, failed or mitigated.
 
 mod support;
 
@@ -271,4 +273,176 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     tenant_sees(ns, "real", "FetchedCatalog").await;
     let plans = as_tenant(ns, &["get", "serviceplans", "-o", "name"], "").unwrap();
     assert!(!plans.trim().is_empty(), "the tenant sees its plans");
+}
+
+/// A broker on loopback with one service (`hostile`, plan `p`). Provisions of the instance
+/// `described` are accepted and fail with a description of 1,000,000 characters; any other
+/// provision is accepted with an `operation` and a `dashboard_url` of 500,000 characters each.
+/// Deprovisions succeed. Returns its URL and the count of polls.
+async fn hostile_broker() -> (String, Arc<AtomicUsize>) {
+    use axum::Json;
+    use axum::extract::Path;
+    use axum::http::StatusCode;
+    use axum::routing::{get, put};
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counted = polls.clone();
+    let catalog = json!({"services": [{"id": "hostile-svc", "name": "hostile", "description": "",
+        "bindable": false, "plans": [{"id": "hostile-plan", "name": "p", "description": ""}]}]});
+    let app = axum::Router::new()
+        .route("/v2/catalog", get(move || async move { Json(catalog) }))
+        .route(
+            "/v2/service_instances/{id}",
+            put(|Path(id): Path<String>| async move {
+                let body = if id == "described" {
+                    json!({"operation": "op"})
+                } else {
+                    json!({"operation": "o".repeat(500_000),
+                        "dashboard_url": format!("https://dash.example.com/{}", "d".repeat(500_000))})
+                };
+                (StatusCode::ACCEPTED, Json(body))
+            })
+            .delete(|| async { Json(json!({})) }),
+        )
+        .route(
+            "/v2/service_instances/{id}/last_operation",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { Json(json!({"state": "failed", "description": "x".repeat(1_000_000)})) }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, polls)
+}
+
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_hostile_brokers_huge_texts_leave_the_tenants_instances_small() {
+    let (url, polls) = hostile_broker().await;
+    let _controller = Controller::start();
+    let namespace = tenant_namespace().await;
+    let ns = namespace.as_str();
+    tenant_broker(ns, "hostile", &url, "");
+    tenant_sees(ns, "hostile", "FetchedCatalog").await;
+    let instance = |name: &str| {
+        as_tenant(
+            ns,
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  serviceClassExternalName: hostile
+  servicePlanExternalName: p
+  externalID: {name}
+"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    };
+    // The instance as the tenant reads it, and its size.
+    let read = |name: &str| {
+        let out = as_tenant(ns, &["get", "serviceinstance", name, "-o", "json"], "").unwrap();
+        (serde_json::from_str::<Value>(&out).unwrap(), out.len())
+    };
+
+    // A provision that fails with a description of 1,000,000 characters: the orphan is
+    // mitigated and the instance stays failed, the description cut at 1,024 characters.
+    instance("described");
+    let failed = condition(
+        ns,
+        "serviceinstance",
+        "described",
+        "Failed",
+        "ProvisionCallFailed",
+    )
+    .await;
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Provision failed: xxx"),
+        "{}",
+        &message[..80]
+    );
+    assert!(
+        message.ends_with("x…"),
+        "{}",
+        &message[message.len() - 80..]
+    );
+    assert_eq!(message.chars().count(), "Provision failed: ".len() + 1025);
+    condition(
+        ns,
+        "serviceinstance",
+        "described",
+        "Ready",
+        "OrphanMitigationSuccessful",
+    )
+    .await;
+    let (described, size) = read("described");
+    assert!(size < 16 << 10, "an instance of {size} bytes");
+    assert!(polls.load(Ordering::SeqCst) >= 1);
+
+    // A 202 with an operation and a dashboard URL of 500,000 characters: not a valid answer,
+    // the orphan is mitigated, nothing of it is kept, and it is never polled.
+    let polled = polls.load(Ordering::SeqCst);
+    instance("huge");
+    let ready = condition(
+        ns,
+        "serviceinstance",
+        "huge",
+        "Ready",
+        "OrphanMitigationSuccessful",
+    )
+    .await;
+    let (huge, size) = read("huge");
+    assert!(size < 16 << 10, "an instance of {size} bytes");
+    assert!(
+        huge["status"].get("dashboardURL").is_none(),
+        "{}",
+        huge["status"]
+    );
+    assert!(
+        huge["status"].get("lastOperation").is_none(),
+        "{}",
+        huge["status"]
+    );
+    assert_eq!(
+        polls.load(Ordering::SeqCst),
+        polled,
+        "the operation is never polled"
+    );
+    let events = as_tenant(
+        ns,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=huge",
+            "-o",
+            "json",
+        ],
+        "",
+    )
+    .unwrap();
+    assert!(
+        events.contains("the operation is 500000 bytes long"),
+        "{ready} {events}"
+    );
+    assert!(described["status"].get("dashboardURL").is_none());
+
+    // Both go when deleted: the broker deprovisions.
+    as_tenant(
+        ns,
+        &[
+            "delete",
+            "serviceinstance",
+            "described",
+            "huge",
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        "",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -387,7 +387,7 @@ impl<'a> Reconcile<'a> {
             .status
             .conditions
             .iter()
-            .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+            .any(|c| c.type_ == "Ready" && c.reason == reason && conditions::says(c, &message));
         self.set("Ready", ConditionStatus::False, reason, message.clone());
         self.write_status().await?;
         if !said {

@@ -347,7 +347,7 @@ fn ready_says(status: &ServiceInstanceStatus, reason: &str, message: &str) -> bo
     status
         .conditions
         .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message)
+        .any(|c| c.type_ == "Ready" && c.reason == reason && conditions::says(c, message))
 }
 
 /// The class or plan is not in a catalog: wait, up to an hour after the controller first found

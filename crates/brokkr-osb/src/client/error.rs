@@ -5,6 +5,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
+use super::answer::{MAX_TEXT, clipped};
 use crate::error::ErrorCode;
 use crate::messages::LastOperation;
 
@@ -124,28 +125,16 @@ pub struct BrokerError {
     pub retry_after: Option<Duration>,
 }
 
-/// The most characters of a broker's `error` and `description` kept: enough for people, never a
-/// whole body in a log line or a status.
-const MAX_TEXT: usize = 1024;
-
-/// `text`, cut after [`MAX_TEXT`] characters (marked with `…`).
-fn clipped(text: &str) -> String {
-    match text.char_indices().nth(MAX_TEXT) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
-    }
-}
-
 impl BrokerError {
     /// Reads an error answer's body; anything but a JSON object leaves the fields empty. The
-    /// texts are cut at 1024 characters.
+    /// texts are cut at [`MAX_TEXT`] characters.
     pub(crate) fn new(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Self {
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let text = |name: &str| {
             body.get(name)
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
-                .map(clipped)
+                .map(|s| clipped(s, MAX_TEXT).into_owned())
         };
         Self {
             status,

@@ -39,12 +39,15 @@
 //! What a broker sends is bounded: every answer's body is read as a stream and the read stops
 //! at the [`BodyLimits`] of its kind (a catalog, another answer, an error answer), so a broker
 //! can never make the client hold more than that; an honest `Content-Length` above the limit
-//! fails before anything is read. Set [`ClientBuilder::timeout`] to bound the time as well (it
+//! fails before anything is read. Texts for people are cut at [`MAX_TEXT`] characters, and an
+//! `operation` or `dashboard_url` a platform could not keep or send back is refused as an
+//! answer that is not valid OSB (see `answer.rs`: [`MAX_OPERATION`], [`MAX_DASHBOARD_URL`]). Set [`ClientBuilder::timeout`] to bound the time as well (it
 //! covers the body: a broker trickling bytes is cut off at it). With
 //! [`ClientBuilder::connect_only_to`] the client connects only to addresses a filter accepts:
 //! it resolves the broker's host itself, checks every address, and connects to the checked ones.
 
 mod address;
+mod answer;
 mod error;
 mod wait;
 
@@ -58,8 +61,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use address::AddressFilter;
+pub use answer::{MAX_DASHBOARD_URL, MAX_OPERATION, MAX_TEXT, clipped};
 pub use error::{BrokerError, Error};
 pub use wait::{Poll, WaitOptions};
+
+use answer::Answer;
 
 use crate::catalog::Catalog;
 use crate::headers::{self, OriginatingIdentity};
@@ -632,7 +638,7 @@ impl Client {
         headers
     }
 
-    async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
+    async fn call<B: Serialize + ?Sized, T: DeserializeOwned + Answer>(
         &self,
         method: Method,
         path: &str,
@@ -700,10 +706,13 @@ impl Client {
         } else {
             &bytes
         };
-        let body = serde_json::from_slice(bytes).map_err(|e| Error::InvalidResponse {
+        // serde names an unexpected variant (`unknown variant `…``) as it was sent: cut.
+        let mut body: T = serde_json::from_slice(bytes).map_err(|e| Error::InvalidResponse {
             status,
-            message: error::without_values(&e.to_string()),
+            message: clipped(&error::without_values(&e.to_string()), MAX_TEXT).into_owned(),
         })?;
+        body.check()
+            .map_err(|message| Error::InvalidResponse { status, message })?;
         Ok(Response {
             status,
             body,
@@ -987,6 +996,84 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().contains("did not answer in time"), "{e}");
+    }
+
+    /// A broker on loopback answering a provision with `provision` (202) and every poll with
+    /// `poll` (200); returns its URL and the query of every poll.
+    async fn scripted_broker(
+        provision: serde_json::Value,
+        poll: serde_json::Value,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use axum::extract::RawQuery;
+        let polls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = polls.clone();
+        let app = axum::Router::new()
+            .route(
+                "/v2/service_instances/{id}",
+                axum::routing::put(
+                    move || async move { (StatusCode::ACCEPTED, axum::Json(provision)) },
+                ),
+            )
+            .route(
+                "/v2/service_instances/{id}/last_operation",
+                axum::routing::get(move |RawQuery(query): RawQuery| async move {
+                    seen.lock().unwrap().push(query.unwrap_or_default());
+                    axum::Json(poll)
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, polls)
+    }
+
+    #[tokio::test]
+    async fn a_million_character_description_comes_out_cut_and_a_huge_operation_is_refused() {
+        let (url, polls) = scripted_broker(
+            serde_json::json!({"operation": "o".repeat(500_000),
+                "dashboard_url": format!("https://dash.example.com/{}", "d".repeat(500_000))}),
+            serde_json::json!({"state": "failed", "description": "x".repeat(1_000_000)}),
+        )
+        .await;
+        let client = Client::builder(&url).build().unwrap();
+        let request = crate::messages::ProvisionRequest::default();
+        let e = client.provision("i-1", &request, true).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidResponse { status, message } if *status == StatusCode::ACCEPTED
+                && message.contains("operation is 500000 bytes")),
+            "{e:?}"
+        );
+        assert!(e.to_string().len() < 300, "{e}");
+
+        let last = client
+            .last_operation(&Poll::instance("i-1"))
+            .await
+            .unwrap()
+            .body;
+        let description = last.description.unwrap();
+        assert_eq!(description.chars().count(), MAX_TEXT + 1);
+        assert!(description.ends_with('…'));
+        assert_eq!(polls.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_bodys_unexpected_value_is_cut_in_the_error() {
+        let (url, _) = scripted_broker(
+            serde_json::json!({}),
+            serde_json::json!({"state": "s".repeat(1_000_000)}),
+        )
+        .await;
+        let client = Client::builder(&url).build().unwrap();
+        let e = client
+            .last_operation(&Poll::instance("i-1"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidResponse { .. }), "{e:?}");
+        assert!(
+            e.to_string().chars().count() < 1200,
+            "{}",
+            e.to_string().len()
+        );
     }
 
     fn no_loopback() -> AddressFilter {
