@@ -19,6 +19,7 @@
 //! - [`Scope`]: which namespaces one run serves;
 //! - [`workloads`]: the workload kinds watched, so that usages and projections follow them;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
+//! - [`namespace_deletion`]: a namespace being deleted ends even when a broker never answers;
 //! - [`metrics`]: what they count.
 
 pub mod backoff;
@@ -33,6 +34,7 @@ pub mod instance;
 pub mod lease;
 pub mod metrics;
 mod names;
+pub mod namespace_deletion;
 pub mod parameters;
 mod platform;
 pub mod projection;
@@ -71,6 +73,9 @@ pub struct Context {
     /// How long a resource waits for what it names to appear or become Ready (a binding for its
     /// instance, an instance for its class and plan) before it fails.
     pub wait_timeout: std::time::Duration,
+    /// How long after its namespace's deletion began an instance or binding still waiting for
+    /// its broker is released without it ([`namespace_deletion`]).
+    pub namespace_deletion_timeout: std::time::Duration,
     /// Whether `spec.userInfo` is checked by the API server, and so may be forwarded to brokers.
     pub user_info: user_info::Guard,
     /// When each failing instance or binding may call its broker again.
@@ -105,6 +110,7 @@ impl Context {
             metrics: Metrics::default(),
             cluster_id: None,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            namespace_deletion_timeout: namespace_deletion::DEFAULT_TIMEOUT,
             backoffs: backoff::Backoffs::default(),
             brokers: broker::BrokerPolicy::default(),
             scope: Scope::default(),

@@ -22,12 +22,20 @@ pub struct OsbCallLabels {
     pub status: String,
 }
 
+/// The labels of a counter of released objects.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `ServiceInstance` or `ServiceBinding`.
+    pub kind: String,
+}
+
 /// Counters the controllers update; cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     reconcile_errors: Family<ControllerLabels, Counter>,
     osb_calls: Family<OsbCallLabels, Counter>,
+    released_with_namespace: Family<KindLabels, Counter>,
 }
 
 impl Metrics {
@@ -45,6 +53,11 @@ impl Metrics {
             "osb_calls",
             "Calls to OSB brokers by verb and HTTP status",
             metrics.osb_calls.clone(),
+        );
+        sub.register(
+            "released_with_namespace",
+            "Instances and bindings released without their broker because their namespace's deletion waited too long; the broker may keep what they were",
+            metrics.released_with_namespace.clone(),
         );
         metrics
     }
@@ -76,6 +89,15 @@ impl Metrics {
             .get_or_create(&OsbCallLabels {
                 verb: verb.to_owned(),
                 status,
+            })
+            .inc();
+    }
+
+    /// Counts one object of `kind` released with its namespace.
+    pub fn released_with_namespace(&self, kind: &str) {
+        self.released_with_namespace
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
             })
             .inc();
     }

@@ -100,7 +100,7 @@ pub async fn event<K>(
 const MAX_NOTE: usize = 1024;
 
 /// `text` cut to [`MAX_NOTE`] bytes on a character boundary, marked with `…` when cut.
-fn note_of(text: &str) -> String {
+pub(crate) fn note_of(text: &str) -> String {
     if text.len() <= MAX_NOTE {
         return text.to_owned();
     }

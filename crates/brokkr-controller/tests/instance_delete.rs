@@ -390,3 +390,91 @@ async fn a_namespace_deleted_with_its_own_broker_deprovisions_its_instance_and_g
     );
     assert!(deletes[0].path.ends_with("/v2/service_instances/team-b-db"));
 }
+
+/// A namespace deleted after its own broker went dead (its URL points nowhere): the instance
+/// and its binding cannot be deprovisioned or unbound, and are released once the namespace's
+/// deletion has waited `namespace_deletion_timeout`; an Event about the Namespace, in
+/// `default`, says what the broker may keep. The namespace ends with no one's help.
+#[tokio::test]
+async fn a_namespace_whose_broker_never_answers_ends_after_the_wait() {
+    let broker = Broker::start(synchronous).await;
+    let cluster = Cluster::start_with(&broker, |ctx| {
+        ctx.namespace_deletion_timeout = std::time::Duration::from_secs(2);
+    })
+    .await;
+    cluster
+        .fake
+        .create(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team-c"}}));
+    cluster
+        .fake
+        .create(json!({"apiVersion": API, "kind": "ServiceBroker",
+        "metadata": {"name": "own", "namespace": "team-c"}, "spec": {"url": broker.url}}));
+    cluster
+        .eventually("the namespace's plans listed", || {
+            cluster
+                .fake
+                .get(API, "ServicePlan", Some("team-c"), "plan-small")
+                .map(|_| ())
+        })
+        .await;
+    cluster
+        .fake
+        .create(json!({"apiVersion": API, "kind": "ServiceInstance",
+        "metadata": {"name": "db", "namespace": "team-c"},
+        "spec": {"serviceClassExternalName": "db", "servicePlanExternalName": "small",
+                 "externalID": "team-c-db"}}));
+    cluster.ready("team-c", "db").await;
+    cluster
+        .fake
+        .create(json!({"apiVersion": API, "kind": "ServiceBinding",
+        "metadata": {"name": "app", "namespace": "team-c"},
+        "spec": {"instanceRef": {"name": "db"}, "externalID": "team-c-app"}}));
+    cluster
+        .eventually("the binding bound", || {
+            let b = cluster
+                .fake
+                .get(API, "ServiceBinding", Some("team-c"), "app")?;
+            (condition(&b, "Ready")?["status"] == "True").then_some(())
+        })
+        .await;
+
+    broker.stop();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(cluster.fake.client())
+        .delete("team-c", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster
+        .eventually("the namespace gone", || {
+            cluster
+                .fake
+                .get("v1", "Namespace", None, "team-c")
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    let notes: Vec<String> = cluster
+        .fake
+        .list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == "AbandonedWithNamespace")
+        .inspect(|e| {
+            assert_eq!(e["metadata"]["namespace"], "default");
+            assert_eq!(e["regarding"]["kind"], "Namespace");
+            assert_eq!(e["regarding"]["name"], "team-c");
+        })
+        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("ServiceInstance db") && n.contains("team-c-db")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("ServiceBinding app") && n.contains("team-c-app")),
+        "{notes:?}"
+    );
+}

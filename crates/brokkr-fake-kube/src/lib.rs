@@ -23,9 +23,9 @@
 //!   `status` while the object's own path leaves `status` alone;
 //! - optimistic concurrency: a PUT or a patch that carries a `metadata.resourceVersion` other
 //!   than the stored one gets 409 Conflict;
-//! - DELETE: an object with `metadata.finalizers` is only marked (`deletionTimestamp`) until
-//!   its finalizers are removed, which then deletes it; deleting a namespace deletes what is in it
-//!   the same way, and the namespace itself stays (marked deleted, `status.phase: Terminating`,
+//! - DELETE: an object with `metadata.finalizers` is only marked (`deletionTimestamp`, the time
+//!   of the deletion) until its finalizers are removed, which then deletes it; deleting a
+//!   namespace deletes what is in it the same way, and the namespace itself stays (marked deleted, `status.phase: Terminating`,
 //!   refusing new objects with 403) until the last object in it has gone.
 //!
 //! Every change bumps one cluster-wide counter that becomes the object's

@@ -10,7 +10,6 @@ use tokio::sync::broadcast;
 
 /// When every object was created and marked deleted: the fake keeps no clock.
 const CREATED: &str = "2026-01-01T00:00:00Z";
-const DELETED: &str = "2026-01-01T00:00:01Z";
 
 /// A kind the fake serves.
 #[derive(Debug, Clone)]
@@ -148,7 +147,7 @@ impl State {
             return Some((before, false));
         }
         let mut marked = before.clone();
-        marked["metadata"]["deletionTimestamp"] = json!(DELETED);
+        marked["metadata"]["deletionTimestamp"] = json!(deleted_now());
         Some((self.store(key.clone(), marked, Some(&before)), false))
     }
 
@@ -163,7 +162,7 @@ impl State {
             return (self.remove(key).unwrap_or_default(), true);
         }
         let mut marked = before.clone();
-        marked["metadata"]["deletionTimestamp"] = json!(DELETED);
+        marked["metadata"]["deletionTimestamp"] = json!(deleted_now());
         marked["status"]["phase"] = json!("Terminating");
         (self.store(key.clone(), marked, Some(&before)), false)
     }
@@ -288,4 +287,11 @@ fn content(object: &Value) -> Map<String, Value> {
 
 fn is_namespace(key: &Key) -> bool {
     key.0.is_empty() && key.1 == "namespaces"
+}
+
+/// The time a deletion is marked with: now, in whole seconds, as the API server writes it.
+fn deleted_now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }

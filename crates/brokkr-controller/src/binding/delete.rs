@@ -40,15 +40,18 @@ impl Reconcile<'_> {
             let cached = self.ctx.caches.secret(&self.namespace, &name);
             secret::delete(&self.secrets, self.binding, &name, cached.as_deref()).await?;
         }
-        if self
+        let abandoned = self
             .binding
             .annotations()
             .get(ABANDON_ANNOTATION)
             .map(String::as_str)
-            == Some("true")
-        {
-            let left = if self.status.unbind_status == Some(UnbindStatus::Required)
-                || self.status.async_op_in_progress
+            == Some("true");
+        let with_namespace = crate::namespace_deletion::overdue(self.ctx, &self.namespace);
+        if abandoned || with_namespace {
+            let left = if matches!(
+                self.status.unbind_status,
+                Some(UnbindStatus::Required | UnbindStatus::Failed)
+            ) || self.status.async_op_in_progress
                 || !others.is_empty()
             {
                 let mut ids = vec![format!("{:?}", self.current_id())];
@@ -61,8 +64,20 @@ impl Reconcile<'_> {
             } else {
                 "released; nothing was bound".to_owned()
             };
-            self.event(EventType::Warning, "Abandoned", &left, "Unbind")
+            if with_namespace && !abandoned {
+                let name = self.binding.name_any();
+                crate::namespace_deletion::released(
+                    self.ctx,
+                    "ServiceBinding",
+                    &self.namespace,
+                    &name,
+                    &left,
+                )
                 .await;
+            } else {
+                self.event(EventType::Warning, "Abandoned", &left, "Unbind")
+                    .await;
+            }
             self.release().await?;
             return Ok(Action::await_change());
         }

@@ -236,8 +236,13 @@ pub(super) async fn without_broker(
     Ok(Action::requeue(RECHECK))
 }
 
-/// Releases the instance without any broker call, and says what the broker keeps.
-pub(super) async fn abandon(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {
+/// Releases the instance without any broker call, and says what the broker keeps: asked by its
+/// annotation, or `with_namespace`, whose deletion waited too long ([`crate::namespace_deletion`]).
+pub(super) async fn abandon(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    with_namespace: bool,
+) -> Result<Action, Error> {
     let status = instance.status.clone().unwrap_or_default();
     let kept = status.provision_status == Some(ProvisionStatus::Provisioned)
         || status.async_op_in_progress
@@ -260,15 +265,22 @@ pub(super) async fn abandon(instance: &ServiceInstance, ctx: &Context) -> Result
             instance_id(instance)
         )
     };
-    event(
-        ctx,
-        instance,
-        EventType::Warning,
-        reason::ABANDONED,
-        &message,
-    )
-    .await;
-    tracing::info!(namespace = %instance.namespace().unwrap_or_default(), instance = %instance.name_any(), "{message}");
+    let namespace = instance.namespace().unwrap_or_default();
+    if with_namespace {
+        let name = instance.name_any();
+        crate::namespace_deletion::released(ctx, "ServiceInstance", &namespace, &name, &message)
+            .await;
+    } else {
+        event(
+            ctx,
+            instance,
+            EventType::Warning,
+            reason::ABANDONED,
+            &message,
+        )
+        .await;
+        tracing::info!(%namespace, instance = %instance.name_any(), "{message}");
+    }
     remove_finalizer(instance, ctx).await?;
     Ok(Action::await_change())
 }

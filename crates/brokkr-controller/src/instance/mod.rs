@@ -150,7 +150,12 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
         return Ok(Action::await_change());
     }
     if deleting && annotated(instance, ABANDON_ANNOTATION) {
-        return delete::abandon(instance, ctx).await;
+        return delete::abandon(instance, ctx, false).await;
+    }
+    if deleting
+        && crate::namespace_deletion::overdue(ctx, &instance.namespace().unwrap_or_default())
+    {
+        return delete::abandon(instance, ctx, true).await;
     }
     let generation = instance.metadata.generation.unwrap_or_default();
     let from_secrets = !instance.spec.parameters_from.is_empty();

@@ -143,6 +143,7 @@ fn catalog() -> Value {
 pub struct Cluster {
     pub fake: FakeCluster,
     controllers: tokio::task::JoinHandle<()>,
+    configure: fn(&mut brokkr_controller::Context),
 }
 
 impl Drop for Cluster {
@@ -153,15 +154,27 @@ impl Drop for Cluster {
 
 impl Cluster {
     pub async fn start(broker: &Broker) -> Self {
+        Self::start_with(broker, |_| {}).await
+    }
+
+    /// [`Cluster::start`] with the controllers' context changed by `configure`.
+    pub async fn start_with(
+        broker: &Broker,
+        configure: fn(&mut brokkr_controller::Context),
+    ) -> Self {
         let fake = FakeCluster::start().await;
         for crd in resources::crds() {
             fake.add_crd(&crd);
         }
         fake.add_kind("events.k8s.io", "v1", "Event", "events", true);
-        let controllers = Self::controllers(&fake);
+        let controllers = Self::controllers(&fake, configure);
         fake.create(json!({"apiVersion": API, "kind": "ClusterServiceBroker",
             "metadata": {"name": "db"}, "spec": {"url": broker.url}}));
-        let cluster = Self { fake, controllers };
+        let cluster = Self {
+            fake,
+            controllers,
+            configure,
+        };
         cluster
             .eventually("the plans listed", || {
                 cluster
@@ -173,10 +186,14 @@ impl Cluster {
         cluster
     }
 
-    fn controllers(fake: &FakeCluster) -> tokio::task::JoinHandle<()> {
+    fn controllers(
+        fake: &FakeCluster,
+        configure: fn(&mut brokkr_controller::Context),
+    ) -> tokio::task::JoinHandle<()> {
         let mut ctx = brokkr_controller::Context::new(fake.client());
         // The brokers of these tests are on loopback, which the URL policy refuses by default.
         ctx.brokers.namespaced_urls.allow("127.0.0.1").unwrap();
+        configure(&mut ctx);
         tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()))
     }
 
@@ -184,7 +201,7 @@ impl Cluster {
     pub async fn restart_controllers(&mut self) {
         self.controllers.abort();
         let _ = (&mut self.controllers).await;
-        self.controllers = Self::controllers(&self.fake);
+        self.controllers = Self::controllers(&self.fake, self.configure);
     }
 
     /// Polls `check` until it returns something, for up to 30 seconds.

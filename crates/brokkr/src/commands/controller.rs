@@ -58,6 +58,12 @@ pub struct ControllerArgs {
     /// ServiceInstance for its class and plan to appear in a catalog, before it fails.
     #[arg(long, env = "BROKKR_WAIT_TIMEOUT", default_value = "1h", value_parser = crate::config::parse_duration)]
     wait_timeout: Duration,
+    /// How long after a namespace's deletion began its ServiceInstances and ServiceBindings
+    /// still waiting for their broker (one that never answers) are released without it, so
+    /// that the namespace ends; what the broker may keep is logged, counted and said in an
+    /// Event about the Namespace.
+    #[arg(long, env = "BROKKR_NAMESPACE_DELETION_TIMEOUT", default_value = "1h", value_parser = crate::config::parse_duration)]
+    namespace_deletion_timeout: Duration,
     /// The most bytes read of a broker's catalog (`8Mi`, `512Ki` or a number of bytes).
     #[arg(long, env = "BROKKR_BROKER_MAX_CATALOG_BYTES", default_value = "8Mi", value_parser = parse_size)]
     broker_max_catalog_bytes: u64,
@@ -198,6 +204,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         metrics: metrics.clone(),
         cluster_id: cluster_id.clone(),
         wait_timeout: args.wait_timeout,
+        namespace_deletion_timeout: args.namespace_deletion_timeout,
         brokers: brokers.clone(),
         scope,
         concurrency: args.concurrency,
