@@ -635,3 +635,105 @@ spec:
         "unbound and deprovisioned at the broker"
     );
 }
+
+/// A tenant points its own broker at a dead URL, and then its namespace is deleted: the
+/// instance and binding cannot be deprovisioned or unbound, and the tenant's RoleBinding goes
+/// with the namespace, so nobody but an admin could annotate them. The namespace still ends,
+/// once its deletion has waited the controller's `--namespace-deletion-timeout` (30 s in the
+/// tests), with an Event about the Namespace saying what the broker keeps.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_namespace_whose_broker_went_dead_is_deleted_without_an_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, broker_url) = serve_shared(dir.path());
+    let _controller = Controller::start();
+    let namespace = Namespace::new();
+    let ns = namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    tenant
+        .try_kubectl(
+            &[
+                "create",
+                "secret",
+                "generic",
+                "own-broker-auth",
+                "--from-literal=username=platform",
+                "--from-literal=password=s3cret",
+            ],
+            None,
+        )
+        .unwrap();
+    let own_broker = |url: &str| {
+        format!(
+            "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBroker
+metadata: {{name: own, namespace: {ns}}}
+spec:
+  url: {url}
+  authInfo: {{basic: {{secretRef: {{name: own-broker-auth}}}}}}
+"
+        )
+    };
+    tenant.apply(&own_broker(&broker_url));
+    condition(ns, "servicebroker", "own", "Ready", "FetchedCatalog").await;
+    tenant.apply(&format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: db, namespace: {ns}}}
+spec:
+  serviceClassExternalName: postgresql
+  servicePlanExternalName: small
+"
+    ));
+    tenant.apply(&binding(ns, "app", "db", ""));
+    condition(ns, SB, "app", "Ready", "InjectedBindResult").await;
+    let id = recorded_id(ns, "db");
+
+    // Nothing listens there.
+    tenant.apply(&own_broker(&format!("http://127.0.0.1:{}", free_port())));
+    condition(ns, "servicebroker", "own", "Ready", "ErrorFetchingCatalog").await;
+    kubectl(&["delete", "namespace", ns, "--wait=false"], "");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while try_kubectl(&["get", "namespace", ns], None).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the namespace is still there after 120 s: {}",
+            kubectl(
+                &[
+                    "-n",
+                    ns,
+                    "get",
+                    "serviceinstances,servicebindings,servicebrokers",
+                    "-o",
+                    "wide"
+                ],
+                ""
+            )
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let events = kubectl(
+        &[
+            "-n",
+            "default",
+            "get",
+            "events.events.k8s.io",
+            "--field-selector",
+            &format!("regarding.name={ns},reason=AbandonedWithNamespace"),
+            "-o",
+            "json",
+        ],
+        "",
+    );
+    let events: Value = serde_json::from_str(&events).unwrap();
+    let notes: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["note"].as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains(&id)),
+        "an Event names what the broker keeps: {notes:?}"
+    );
+}

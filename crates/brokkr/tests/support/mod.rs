@@ -156,6 +156,8 @@ pub fn controller(kubeconfig: &Path, log: impl Into<Stdio>) -> Process {
             .args(["controller", "--no-leader-election"])
             .args(["--broker-url-allow", "127.0.0.0/8"])
             .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            // A namespace a test deletes while its broker is dead ends within the test's wait.
+            .args(["--namespace-deletion-timeout", "30s"])
             .env("KUBECONFIG", kubeconfig)
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
