@@ -870,3 +870,77 @@ fn catalog_entries<B: BrokerKind>(
     }
     Ok(CatalogEntries { classes, plans })
 }
+
+#[cfg(test)]
+mod tests {
+    use brokkr_osb::client::{BrokerError, StatusCode};
+
+    use super::*;
+
+    #[test]
+    fn a_namespaced_brokers_failures_say_one_thing_and_a_cluster_brokers_everything() {
+        let answered = OsbError::Broker(BrokerError {
+            status: StatusCode::NOT_FOUND,
+            error: Some("NotFound".into()),
+            description: Some("no such key on 10.0.0.12:6379".into()),
+            instance_usable: None,
+            update_repeatable: None,
+            retry_after: None,
+        });
+        let not_osb = OsbError::InvalidResponse {
+            status: StatusCode::OK,
+            message: "expected a map at line 1".into(),
+        };
+        for e in [&answered, &not_osb] {
+            assert_eq!(said(e, true), UNUSABLE);
+        }
+        assert!(said(&answered, false).contains("10.0.0.12:6379"));
+        assert_eq!(
+            Error::Osb(answered).tenant_message(),
+            Error::Osb(not_osb).tenant_message()
+        );
+
+        // What the policy refused, and what the tenant wrote, are said (without the address).
+        let refused = OsbError::AddressRefused {
+            url: "http://[::127.0.0.1]:8080/".into(),
+            address: "[::127.0.0.1]:8080".parse().unwrap(),
+        };
+        let text = said(&refused, true);
+        assert!(
+            text.starts_with("the broker's URL is not allowed"),
+            "{text}"
+        );
+        assert!(!text.contains("127.0.0.1"), "{text}");
+        let config = OsbError::Config("the CA bundle holds no certificate".into());
+        assert_eq!(said(&config, true), config.to_string());
+    }
+
+    #[test]
+    fn a_held_failure_waits_its_time_and_goes_with_a_new_spec() {
+        let held = HeldFailures::default();
+        let failure = |due| HeldFailure {
+            generation: 2,
+            due,
+            reason: "ErrorFetchingCatalog",
+            message: UNUSABLE.into(),
+        };
+        assert!(matches!(held.take("uid", 2), Held::Nothing));
+        held.hold(
+            "uid".into(),
+            failure(Instant::now() + Duration::from_secs(5)),
+        );
+        assert!(
+            matches!(held.take("uid", 2), Held::Waiting(left) if left > Duration::from_secs(4))
+        );
+        // Still held: a wake-up before its time finds it again.
+        assert!(matches!(held.take("uid", 2), Held::Waiting(_)));
+        // The spec changed: forgotten, and the broker is tried again.
+        assert!(matches!(held.take("uid", 3), Held::Nothing));
+        assert!(matches!(held.take("uid", 2), Held::Nothing));
+        held.hold("uid".into(), failure(Instant::now()));
+        assert!(
+            matches!(held.take("uid", 2), Held::Due(reason, message) if reason == "ErrorFetchingCatalog" && message == UNUSABLE)
+        );
+        assert!(matches!(held.take("uid", 2), Held::Nothing));
+    }
+}
