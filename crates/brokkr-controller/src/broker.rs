@@ -8,14 +8,16 @@
 //! What a broker can cost the controller is bounded ([`BrokerPolicy`]): each kind of answer's
 //! body, the time of a call, and the services and plans of one catalog (a larger catalog is
 //! refused with a condition, nothing written). A namespaced ServiceBroker is a tenant's: its URL
-//! must pass the [`UrlPolicy`] before any connection, and its status never carries what the
-//! other end answered (its status code, error text or address), only that it is unreachable or
-//! not an OSB broker; the controller's log has the details.
+//! must pass the [`UrlPolicy`] before any connection, and its status never says what the other
+//! end did (whether it answered, its status code, error text or address), only [`UNUSABLE`];
+//! the controller's log has the details. Its failures are written no sooner than
+//! [`BrokerPolicy::failure_floor`] after the attempt started, so that how soon one is written
+//! does not tell a closed port from an open one either ([`HeldFailures`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use brokkr_osb::catalog::Catalog;
 use brokkr_osb::client::{Auth, BodyLimits, Client as OsbClient, Error as OsbError};
@@ -68,6 +70,11 @@ pub struct BrokerPolicy {
     /// How many catalogs may be read and written at once (each may hold up to the catalog
     /// limit in memory, so this bounds what many brokers listed together cost).
     pub catalog_permits: Arc<tokio::sync::Semaphore>,
+    /// How long after an attempt started a namespaced broker's failure is written, at the
+    /// soonest: a refused connection and an answer that is not a catalog both take this long.
+    pub failure_floor: Duration,
+    /// The failures of namespaced brokers waiting for [`BrokerPolicy::failure_floor`].
+    pub held_failures: Arc<HeldFailures>,
 }
 
 impl BrokerPolicy {
@@ -86,7 +93,8 @@ impl BrokerPolicy {
 impl Default for BrokerPolicy {
     /// 8 MiB catalogs, 1 MiB other answers, 64 KiB error answers; 60 s a call (10 s to
     /// connect); 200 services and 1,000 plans a catalog, 4 catalogs at once; the default URL
-    /// policy.
+    /// policy; namespaced brokers' failures written 10 s (the connect timeout) after the
+    /// attempt started, at the soonest.
     fn default() -> Self {
         Self {
             body_limits: BodyLimits::default(),
@@ -98,7 +106,67 @@ impl Default for BrokerPolicy {
             catalog_permits: Arc::new(tokio::sync::Semaphore::new(
                 Self::DEFAULT_CONCURRENT_CATALOGS,
             )),
+            failure_floor: Self::DEFAULT_CONNECT_TIMEOUT,
+            held_failures: Arc::default(),
         }
+    }
+}
+
+/// The failures of namespaced brokers not written yet, by the broker's uid: a reconcile that
+/// fails sooner than [`BrokerPolicy::failure_floor`] after it started keeps the condition here
+/// and is requeued for the rest of the time, holding no reconcile slot; the next reconcile
+/// writes it (or, if the spec changed meanwhile, forgets it and tries again).
+#[derive(Debug, Default)]
+pub struct HeldFailures(Mutex<HashMap<String, HeldFailure>>);
+
+#[derive(Debug)]
+struct HeldFailure {
+    generation: i64,
+    due: Instant,
+    reason: &'static str,
+    message: String,
+}
+
+/// How long a held failure nobody came back for is kept.
+const HELD_AT_MOST: Duration = Duration::from_secs(300);
+
+/// What to do with a broker's held failure.
+enum Held {
+    /// Nothing held for this generation.
+    Nothing,
+    /// Written in this long.
+    Waiting(Duration),
+    /// To be written now.
+    Due(&'static str, String),
+}
+
+impl HeldFailures {
+    fn hold(&self, uid: String, failure: HeldFailure) {
+        let mut held = self.0.lock().expect("lock");
+        let now = Instant::now();
+        held.retain(|_, f| f.due + HELD_AT_MOST > now);
+        held.insert(uid, failure);
+    }
+
+    fn take(&self, uid: &str, generation: i64) -> Held {
+        let mut held = self.0.lock().expect("lock");
+        let Some(failure) = held.remove(uid) else {
+            return Held::Nothing;
+        };
+        if failure.generation != generation {
+            return Held::Nothing;
+        }
+        let left = failure.due.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            Held::Due(failure.reason, failure.message)
+        } else {
+            held.insert(uid.to_owned(), failure);
+            Held::Waiting(left)
+        }
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0.lock().expect("lock").remove(uid);
     }
 }
 
@@ -136,32 +204,43 @@ impl Error {
         }
     }
 
-    /// The message for the status of a namespaced broker: of what the other end did, only
-    /// whether it could be reached and whether it answered as an OSB broker — never its status
-    /// code, error text or address, since a tenant may point the URL anywhere.
+    /// The message for the status of a namespaced broker: of what the other end did, nothing
+    /// — not even whether it answered — since a tenant may point the URL anywhere
+    /// ([`said`]).
     fn tenant_message(&self) -> String {
         match self {
-            Self::Osb(OsbError::Transport { .. }) => {
-                "the broker is unreachable (the controller's log has the details)".into()
-            }
-            Self::Osb(OsbError::AddressRefused { .. }) => {
-                "the broker's URL is not allowed: the controller's policy for namespaced \
-                 brokers refuses its address (loopback, link-local, the controller's own, or \
-                 denied by the platform admin)"
-                    .into()
-            }
-            // The URL or caBundle as the tenant wrote them.
-            Self::Osb(e @ OsbError::Config(_)) => e.to_string(),
-            Self::Osb(_) => "the broker's answer is not an OSB catalog the controller accepts \
-                             (the controller's log has the details)"
-                .into(),
+            Self::Osb(e) => said(e, true),
             other => other.to_string(),
         }
     }
 }
 
+/// What the status of a namespaced broker (or of its instances and bindings) says of any
+/// failed call, whatever failed: a refused connection, a timeout, a TLS failure, any answer
+/// that is not what OSB says or an OSB error. Which of these it was would tell a tenant what
+/// listens where inside the cluster.
+pub const UNUSABLE: &str = "the broker could not be used (the controller's log has the details)";
+
+/// What a status says of the failed call `e` to a broker: for a namespaced one, [`UNUSABLE`],
+/// unless the URL policy refused its address or the tenant's own configuration is wrong (a URL
+/// that does not parse, a `caBundle` that is not PEM), which is said as it is; for a
+/// ClusterServiceBroker, everything.
+pub(crate) fn said(e: &OsbError, namespaced: bool) -> String {
+    match e {
+        _ if !namespaced => e.to_string(),
+        OsbError::AddressRefused { .. } => {
+            "the broker's URL is not allowed: the controller's policy for namespaced brokers \
+             refuses its address (loopback, link-local, the controller's own, or denied by the \
+             platform admin)"
+                .into()
+        }
+        OsbError::Config(_) => e.to_string(),
+        _ => UNUSABLE.into(),
+    }
+}
+
 /// `e` with its sources, for the controller's log.
-fn detail(e: &dyn std::error::Error) -> String {
+pub(crate) fn detail(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -382,10 +461,22 @@ impl BrokerKind for ServiceBroker {
 
 /// Reconciles one broker: lists its catalog and writes its status.
 pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let uid = broker.meta().uid.clone().unwrap_or_default();
+    let generation = broker.meta().generation.unwrap_or_default();
+    let held = &ctx.brokers.held_failures;
     if let Some(namespaced) = broker.as_namespaced()
         && namespaced.metadata.deletion_timestamp.is_some()
     {
+        held.forget(&uid);
         return broker_hold::release(namespaced, &ctx).await;
+    }
+    match held.take(&uid, generation) {
+        Held::Nothing => {}
+        Held::Waiting(left) => return Ok(Action::requeue(left)),
+        Held::Due(reason, message) => {
+            write_failure(&*broker, &ctx, reason, message).await?;
+            return Ok(Action::requeue(RETRY_AFTER_FAILURE));
+        }
     }
     // Writing the status wakes the controller again: list only when a relist is due.
     if let Some(wait) = not_due(&*broker) {
@@ -394,53 +485,49 @@ pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Resu
     if let Some(namespaced) = broker.as_namespaced() {
         broker_hold::hold(namespaced, &ctx).await?;
     }
+    let started = Instant::now();
     let result = list_catalog(&*broker, &ctx).await;
     ctx.metrics.reconciled(&B::kind(&()), result.is_err());
-    let mut status = broker.broker_status().cloned().unwrap_or_default();
-    status.observed_generation = broker.meta().generation.unwrap_or_default();
-    match &result {
-        Ok(()) => {
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                ConditionStatus::True,
-                "FetchedCatalog",
-                "Successfully fetched catalog entries from broker.",
-            );
-            status.last_condition_state = "Ready".into();
-            status.reconciled_generation = status.observed_generation;
-            status.last_catalog_retrieval_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    if let Err(e) = &result {
+        tracing::warn!(
+            broker = %broker.name_any(),
+            namespace = broker.namespace().unwrap_or_default(),
+            error = %detail(e),
+            "cannot list the broker's catalog"
+        );
+        if broker.namespace().is_none() {
+            write_failure(&*broker, &ctx, e.reason(), e.to_string()).await?;
+            return result.map(|()| Action::await_change());
         }
-        Err(e) => {
-            tracing::warn!(
-                broker = %broker.name_any(),
-                namespace = broker.namespace().unwrap_or_default(),
-                error = %detail(e),
-                "cannot list the broker's catalog"
-            );
-            let message = if broker.namespace().is_some() {
-                e.tenant_message()
-            } else {
-                e.to_string()
-            };
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                ConditionStatus::False,
-                e.reason(),
-                message,
-            );
-            status.last_condition_state = e.reason().into();
+        let message = e.tenant_message();
+        let left = ctx.brokers.failure_floor.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            write_failure(&*broker, &ctx, e.reason(), message).await?;
+            return Ok(Action::requeue(RETRY_AFTER_FAILURE));
         }
+        let due = Instant::now() + left;
+        let failure = HeldFailure {
+            generation,
+            due,
+            reason: e.reason(),
+            message,
+        };
+        held.hold(uid, failure);
+        return Ok(Action::requeue(left));
     }
-    let api = broker.broker_api(&ctx.client);
-    api.patch_status(
-        &broker.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await?;
-    result?;
+    let mut status = broker.broker_status().cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    conditions::set(
+        &mut status.conditions,
+        "Ready",
+        ConditionStatus::True,
+        "FetchedCatalog",
+        "Successfully fetched catalog entries from broker.",
+    );
+    status.last_condition_state = "Ready".into();
+    status.reconciled_generation = status.observed_generation;
+    status.last_catalog_retrieval_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    patch_status(&*broker, &ctx, &status).await?;
     let common = broker.common();
     Ok(match common.relist_behavior {
         RelistBehavior::Manual => Action::await_change(),
@@ -450,6 +537,42 @@ pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Resu
                 .map_or(DEFAULT_RELIST_DURATION, Duration::from),
         ),
     })
+}
+
+/// Writes `Ready=False` with `reason` and `message` into the broker's status.
+async fn write_failure<B: BrokerKind>(
+    broker: &B,
+    ctx: &Context,
+    reason: &'static str,
+    message: String,
+) -> Result<(), Error> {
+    let mut status = broker.broker_status().cloned().unwrap_or_default();
+    status.observed_generation = broker.meta().generation.unwrap_or_default();
+    conditions::set(
+        &mut status.conditions,
+        "Ready",
+        ConditionStatus::False,
+        reason,
+        message,
+    );
+    status.last_condition_state = reason.into();
+    patch_status(broker, ctx, &status).await
+}
+
+async fn patch_status<B: BrokerKind>(
+    broker: &B,
+    ctx: &Context,
+    status: &ServiceBrokerStatus,
+) -> Result<(), Error> {
+    broker
+        .broker_api(&ctx.client)
+        .patch_status(
+            &broker.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?;
+    Ok(())
 }
 
 /// When the broker's catalog was listed for its current spec and the next relist is not due
@@ -746,4 +869,78 @@ fn catalog_entries<B: BrokerKind>(
         }
     }
     Ok(CatalogEntries { classes, plans })
+}
+
+#[cfg(test)]
+mod tests {
+    use brokkr_osb::client::{BrokerError, StatusCode};
+
+    use super::*;
+
+    #[test]
+    fn a_namespaced_brokers_failures_say_one_thing_and_a_cluster_brokers_everything() {
+        let answered = OsbError::Broker(BrokerError {
+            status: StatusCode::NOT_FOUND,
+            error: Some("NotFound".into()),
+            description: Some("no such key on 10.0.0.12:6379".into()),
+            instance_usable: None,
+            update_repeatable: None,
+            retry_after: None,
+        });
+        let not_osb = OsbError::InvalidResponse {
+            status: StatusCode::OK,
+            message: "expected a map at line 1".into(),
+        };
+        for e in [&answered, &not_osb] {
+            assert_eq!(said(e, true), UNUSABLE);
+        }
+        assert!(said(&answered, false).contains("10.0.0.12:6379"));
+        assert_eq!(
+            Error::Osb(answered).tenant_message(),
+            Error::Osb(not_osb).tenant_message()
+        );
+
+        // What the policy refused, and what the tenant wrote, are said (without the address).
+        let refused = OsbError::AddressRefused {
+            url: "http://[::127.0.0.1]:8080/".into(),
+            address: "[::127.0.0.1]:8080".parse().unwrap(),
+        };
+        let text = said(&refused, true);
+        assert!(
+            text.starts_with("the broker's URL is not allowed"),
+            "{text}"
+        );
+        assert!(!text.contains("127.0.0.1"), "{text}");
+        let config = OsbError::Config("the CA bundle holds no certificate".into());
+        assert_eq!(said(&config, true), config.to_string());
+    }
+
+    #[test]
+    fn a_held_failure_waits_its_time_and_goes_with_a_new_spec() {
+        let held = HeldFailures::default();
+        let failure = |due| HeldFailure {
+            generation: 2,
+            due,
+            reason: "ErrorFetchingCatalog",
+            message: UNUSABLE.into(),
+        };
+        assert!(matches!(held.take("uid", 2), Held::Nothing));
+        held.hold(
+            "uid".into(),
+            failure(Instant::now() + Duration::from_secs(5)),
+        );
+        assert!(
+            matches!(held.take("uid", 2), Held::Waiting(left) if left > Duration::from_secs(4))
+        );
+        // Still held: a wake-up before its time finds it again.
+        assert!(matches!(held.take("uid", 2), Held::Waiting(_)));
+        // The spec changed: forgotten, and the broker is tried again.
+        assert!(matches!(held.take("uid", 3), Held::Nothing));
+        assert!(matches!(held.take("uid", 2), Held::Nothing));
+        held.hold("uid".into(), failure(Instant::now()));
+        assert!(
+            matches!(held.take("uid", 2), Held::Due(reason, message) if reason == "ErrorFetchingCatalog" && message == UNUSABLE)
+        );
+        assert!(matches!(held.take("uid", 2), Held::Nothing));
+    }
 }

@@ -11,14 +11,22 @@
 //! cloud metadata address `169.254.169.254`, `fe80::/10`), unspecified and "this network"
 //! (`0.0.0.0/8`, `::`), multicast and broadcast, AWS's IPv6 metadata address `fd00:ec2::254`,
 //! and the controller's own addresses (its pod's IPs, the API server's address it was
-//! configured with). An allow list of networks re-allows any of these, and host names on it are
-//! not checked at all; a deny list adds networks refused whatever the allow list says, and the
-//! controller's own listening socket (its metrics port) is always refused.
+//! configured with and the addresses the API server advertises, see
+//! [`UrlPolicy::follow_api_server`]). An allow list of networks re-allows any of these, and host
+//! names on it are not checked at all; a deny list adds networks refused whatever the allow list
+//! says, and the controller's own listening socket (its metrics port) is always refused.
+//!
+//! An IPv6 address that embeds an IPv4 address counts as both: it is accepted only if the
+//! IPv4 address it embeds would be too ([`embedded_ipv4`]).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use brokkr_osb::client::AddressFilter;
 use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Endpoints;
+use kube::{Api, Client};
 
 /// The networks refused by default.
 const DEFAULT_DENIED: &[&str] = &[
@@ -47,6 +55,9 @@ pub struct UrlPolicy {
     always_denied: Vec<IpNet>,
     /// The controller's own listening sockets: always refused.
     own_sockets: Vec<SocketAddr>,
+    /// The addresses the API server advertises, as last read: refused unless allowed. Shared
+    /// by every clone, so that the filters of clients already built follow a re-read.
+    advertised: Arc<RwLock<Vec<IpAddr>>>,
 }
 
 impl Default for UrlPolicy {
@@ -61,6 +72,7 @@ impl Default for UrlPolicy {
             allowed_hosts: Vec::new(),
             always_denied: Vec::new(),
             own_sockets: Vec::new(),
+            advertised: Arc::default(),
         }
     }
 }
@@ -121,22 +133,98 @@ impl UrlPolicy {
         self
     }
 
-    /// Whether a connection to `address` is allowed.
+    /// Whether a connection to `address` is allowed: to the address itself, and to the IPv4
+    /// address an IPv6 one embeds, if any.
     pub fn accepts(&self, address: SocketAddr) -> bool {
         let ip = address.ip().to_canonical();
+        self.accepts_one(ip, address.port())
+            && embedded_ipv4(ip)
+                .iter()
+                .all(|v4| self.accepts_one(IpAddr::V4(*v4), address.port()))
+    }
+
+    fn accepts_one(&self, ip: IpAddr, port: u16) -> bool {
         if self.always_denied.iter().any(|n| n.contains(&ip)) {
             return false;
         }
+        let advertised = self.advertised.read().expect("lock");
+        let denied =
+            |ip: &IpAddr| self.denied.iter().any(|n| n.contains(ip)) || advertised.contains(ip);
         let own = |socket: &SocketAddr| {
-            socket.port() == address.port()
+            socket.port() == port
                 && (socket.ip().to_canonical() == ip
-                    || socket.ip().is_unspecified()
-                        && (ip.is_loopback() || self.denied.iter().any(|n| n.contains(&ip))))
+                    || socket.ip().is_unspecified() && (ip.is_loopback() || denied(&ip)))
         };
         if self.own_sockets.iter().any(own) {
             return false;
         }
-        self.allowed.iter().any(|n| n.contains(&ip)) || !self.denied.iter().any(|n| n.contains(&ip))
+        self.allowed.iter().any(|n| n.contains(&ip)) || !denied(&ip)
+    }
+
+    /// Replaces the addresses the API server advertises (they are refused unless allowed).
+    pub fn set_api_server_addresses(&self, addresses: Vec<IpAddr>) {
+        let addresses = addresses.into_iter().map(|a| a.to_canonical()).collect();
+        *self.advertised.write().expect("lock") = addresses;
+    }
+
+    /// Reads the addresses the API server advertises, from the Endpoints `default/kubernetes`
+    /// (none if they do not exist), and refuses them from now on.
+    pub async fn read_api_server_addresses(&self, client: &Client) -> Result<(), kube::Error> {
+        let endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
+            .get_opt("kubernetes")
+            .await?;
+        let addresses = endpoints
+            .iter()
+            .flat_map(|e| e.subsets.iter().flatten())
+            .flat_map(|s| {
+                s.addresses
+                    .iter()
+                    .flatten()
+                    .chain(s.not_ready_addresses.iter().flatten())
+            })
+            .filter_map(|a| a.ip.parse::<IpAddr>().ok())
+            .collect();
+        self.set_api_server_addresses(addresses);
+        Ok(())
+    }
+
+    /// Reads the addresses the API server advertises now, then again every
+    /// [`API_SERVER_REREAD`] in the task returned, until it is aborted. A failed read (an
+    /// install that may not read `default/kubernetes`, say) keeps the addresses read before,
+    /// if any; the log says so once, until a read succeeds again.
+    pub async fn follow_api_server(&self, client: Client) -> tokio::task::JoinHandle<()> {
+        let policy = self.clone();
+        let mut failing = policy.reread(&client, false).await;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(API_SERVER_REREAD).await;
+                failing = policy.reread(&client, failing).await;
+            }
+        })
+    }
+
+    /// One read of [`UrlPolicy::follow_api_server`]: whether it failed.
+    async fn reread(&self, client: &Client, failing: bool) -> bool {
+        match self.read_api_server_addresses(client).await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!("the Endpoints default/kubernetes are read again");
+                }
+                false
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(
+                        error = %e,
+                        "cannot read the Endpoints default/kubernetes: the addresses the API \
+                         server advertises are not refused to namespaced brokers (only those \
+                         read before, and its address in the controller's configuration); \
+                         grant `get` on them, or refuse them with --broker-url-deny"
+                    );
+                }
+                true
+            }
+        }
     }
 
     /// The address filter for a broker at `url`, or `None` when its host is on the allow list.
@@ -150,6 +238,47 @@ impl UrlPolicy {
         }
         let policy = self.clone();
         Some(AddressFilter::new(move |address| policy.accepts(address)))
+    }
+}
+
+/// How often the API server's advertised addresses are read again.
+pub const API_SERVER_REREAD: Duration = Duration::from_secs(30);
+
+/// The IPv4 addresses an IPv6 address carries, by the standard ways of embedding one, which
+/// reach (or may be translated to) that IPv4 address:
+///
+/// - IPv4-compatible, `::a.b.c.d` (`::/96`, but `::` and `::1`);
+/// - NAT64's well-known prefix `64:ff9b::/96` (the last 32 bits), and its local-use prefix
+///   `64:ff9b:1::/48` at every place RFC 6052 allows for a prefix within it (/48, /56, /64, /96);
+/// - 6to4, `2002::/16` (bits 16 to 48);
+/// - Teredo, `2001::/32`: its client's address (the last 32 bits, inverted).
+///
+/// IPv4-mapped addresses (`::ffff:a.b.c.d`) are made IPv4 ones before this is asked.
+pub fn embedded_ipv4(ip: IpAddr) -> Vec<Ipv4Addr> {
+    let IpAddr::V6(v6) = ip else {
+        return Vec::new();
+    };
+    let o = v6.octets();
+    let at = |i: [usize; 4]| Ipv4Addr::new(o[i[0]], o[i[1]], o[i[2]], o[i[3]]);
+    let s = v6.segments();
+    if s[..6] == [0; 6] {
+        return if v6 == Ipv6Addr::UNSPECIFIED || v6 == Ipv6Addr::LOCALHOST {
+            Vec::new()
+        } else {
+            vec![at([12, 13, 14, 15])]
+        };
+    }
+    match s {
+        [0x64, 0xff9b, 0, 0, 0, 0, ..] => vec![at([12, 13, 14, 15])],
+        [0x64, 0xff9b, 1, ..] => vec![
+            at([6, 7, 9, 10]),
+            at([7, 9, 10, 11]),
+            at([9, 10, 11, 12]),
+            at([12, 13, 14, 15]),
+        ],
+        [0x2002, ..] => vec![at([2, 3, 4, 5])],
+        [0x2001, 0, ..] => vec![Ipv4Addr::from(!u32::from(at([12, 13, 14, 15])))],
+        _ => Vec::new(),
     }
 }
 
@@ -226,5 +355,75 @@ mod tests {
         assert!(policy.filter_for("http://broker.internal:8080").is_none());
         let filter = policy.filter_for("http://localhost:8080").unwrap();
         assert!(!filter.accepts(at("127.0.0.1:8080")));
+    }
+
+    #[test]
+    fn an_ipv6_address_counts_as_the_ipv4_address_it_embeds() {
+        let mut policy = UrlPolicy::default();
+        policy.deny("10.0.0.0/8").unwrap();
+        for refused in [
+            // IPv4-compatible.
+            "[::127.0.0.1]:80",
+            "[::169.254.169.254]:80",
+            "[::10.1.2.3]:80",
+            // NAT64, the well-known prefix and the local-use one (here as a /96 and a /48).
+            "[64:ff9b::7f00:1]:80",
+            "[64:ff9b::a9fe:a9fe]:80",
+            "[64:ff9b:1::7f00:1]:80",
+            "[64:ff9b:1:7f00:0:100::]:80",
+            // 6to4.
+            "[2002:7f00:1::]:80",
+            "[2002:a9fe:a9fe::1]:80",
+            "[2002:a01:203:1::1]:80",
+            // Teredo: the client's address inverted (127.0.0.1, 169.254.169.254).
+            "[2001:0:4136:e378:8000:63bf:80ff:fffe]:80",
+            "[2001:0:4136:e378::5601:5601]:80",
+        ] {
+            assert!(!policy.accepts(at(refused)), "{refused}");
+        }
+        for accepted in [
+            "[::203.0.113.7]:80",
+            "[64:ff9b::cb00:7107]:80",
+            "[64:ff9b:1:cbcb:cb:cbcb:cbcb:cbcb]:80",
+            "[2002:cb00:7107::1]:80",
+            "[2001:0:4136:e378:8000:63bf:34ff:8ef8]:80",
+            // Not an embedding: documentation addresses beside Teredo, other 2001::/16.
+            "[2001:db8::7f00:1]:80",
+            "[2001:4860::7f00:1]:80",
+        ] {
+            assert!(policy.accepts(at(accepted)), "{accepted}");
+        }
+        // What the allow list re-allows as IPv4 it re-allows embedded; the deny list wins.
+        policy
+            .allow("127.0.0.0/8")
+            .unwrap()
+            .deny("169.254.0.0/16")
+            .unwrap();
+        assert!(policy.accepts(at("[64:ff9b::7f00:1]:80")));
+        assert!(!policy.accepts(at("[2002:a9fe:a9fe::1]:80")));
+        // ::1 and :: are IPv6's own loopback and unspecified addresses, not IPv4-compatible.
+        let mut policy = UrlPolicy::default();
+        policy.allow("::1").unwrap();
+        assert!(policy.accepts(at("[::1]:80")));
+        assert!(!policy.accepts(at("[::]:80")));
+    }
+
+    #[test]
+    fn the_api_servers_advertised_addresses_are_refused_as_last_read() {
+        let policy = UrlPolicy::default();
+        let filter = policy.filter_for("http://192.0.2.2:6443").unwrap();
+        assert!(filter.accepts(at("192.0.2.2:6443")));
+        policy.set_api_server_addresses(vec!["192.0.2.2".parse().unwrap()]);
+        // Filters made before follow.
+        assert!(!filter.accepts(at("192.0.2.2:6443")));
+        assert!(!policy.accepts(at("[::ffff:192.0.2.2]:443")));
+        assert!(!policy.accepts(at("[64:ff9b::c000:202]:443")));
+        policy.set_api_server_addresses(vec!["192.0.2.3".parse().unwrap()]);
+        assert!(filter.accepts(at("192.0.2.2:6443")));
+        assert!(!filter.accepts(at("192.0.2.3:6443")));
+        // The allow list re-allows them, as it does the controller's other addresses.
+        let mut policy = policy.clone();
+        policy.allow("192.0.2.0/24").unwrap();
+        assert!(policy.accepts(at("192.0.2.3:6443")));
     }
 }

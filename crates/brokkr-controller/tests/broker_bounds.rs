@@ -3,9 +3,11 @@
 //! catalog limit while the server is still writing, a broker trickling its answer hits the
 //! time limit, a catalog with more plans than the controller keeps is refused with nothing
 //! written; a namespaced ServiceBroker's status never carries what the other end answered (its
-//! status, error text or address), and its URL must pass the URL policy before any connection:
-//! loopback, a name resolving to loopback and the metadata address 169.254.169.254 are refused
-//! by default, loopback is used when the allow list says so.
+//! status, error text or address) nor whether it answered at all (a closed port and a server
+//! that is not a broker fail in the same words, neither sooner than the failure floor), and its
+//! URL must pass the URL policy before any connection: loopback (also embedded in IPv6), a name
+//! resolving to loopback and the metadata address 169.254.169.254 are refused by default,
+//! loopback is used when the allow list says so.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -155,7 +157,7 @@ fn message(condition: &Value) -> &str {
     condition["message"].as_str().unwrap_or_default()
 }
 
-const NOT_OSB: &str = "the broker's answer is not an OSB catalog the controller accepts (the controller's log has the details)";
+const NOT_OSB: &str = brokkr_controller::broker::UNUSABLE;
 
 #[tokio::test]
 async fn a_120_mib_catalog_is_cut_off_at_the_limit_while_the_broker_still_writes() {
@@ -201,6 +203,7 @@ async fn a_broker_trickling_its_catalog_is_cut_off_at_the_time_limit() {
     let cluster = Cluster::start(|ctx| {
         allow_loopback(ctx);
         ctx.brokers.timeout = Duration::from_secs(2);
+        ctx.brokers.failure_floor = Duration::from_secs(1);
     })
     .await;
     let started = std::time::Instant::now();
@@ -208,10 +211,7 @@ async fn a_broker_trickling_its_catalog_is_cut_off_at_the_time_limit() {
     let ready = cluster.ready(Some("team-a"), "slow").await;
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(ready["reason"], "ErrorFetchingCatalog");
-    assert_eq!(
-        message(&ready),
-        "the broker is unreachable (the controller's log has the details)"
-    );
+    assert_eq!(message(&ready), NOT_OSB);
     cluster.cluster_broker("slow", &url);
     let ready = cluster.ready(None, "slow").await;
     assert!(
@@ -295,17 +295,15 @@ async fn a_tenants_broker_status_never_echoes_what_the_other_end_answered() {
         assert!(!status.contains(leak), "{leak:?} in {status}");
     }
 
-    // Nothing listens: unreachable, without the address or the system's reason.
+    // Nothing listens: the same words, without the address or the system's reason.
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", listener.local_addr().unwrap())
     };
     cluster.tenant_broker("gone", &closed);
     let ready = cluster.ready(Some("team-a"), "gone").await;
-    assert_eq!(
-        message(&ready),
-        "the broker is unreachable (the controller's log has the details)"
-    );
+    assert_eq!(ready["reason"], "ErrorFetchingCatalog");
+    assert_eq!(message(&ready), NOT_OSB);
 
     // A platform admin's broker keeps the broker's words.
     cluster.cluster_broker("probe", &url);
@@ -330,14 +328,20 @@ async fn a_namespaced_broker_on_loopback_is_refused_by_default_before_any_connec
     let refused = "the broker's URL is not allowed: the controller's policy for namespaced \
                    brokers refuses its address (loopback, link-local, the controller's own, or \
                    denied by the platform admin)";
-    for (name, target) in [
+    let targets = [
         ("loopback", url.clone()),
         ("named", format!("http://localhost:{port}")),
         ("metadata", "http://169.254.169.254/latest".to_owned()),
         ("ipv6", format!("http://[::1]:{port}")),
         ("mapped", format!("http://[::ffff:127.0.0.1]:{port}")),
-    ] {
-        cluster.tenant_broker(name, &target);
+        ("compatible", format!("http://[::127.0.0.1]:{port}")),
+        ("nat64", format!("http://[64:ff9b::7f00:1]:{port}")),
+        ("sixtofour", format!("http://[2002:7f00:1::]:{port}")),
+    ];
+    for (name, target) in &targets {
+        cluster.tenant_broker(name, target);
+    }
+    for (name, _) in &targets {
         let ready = cluster.ready(Some("team-a"), name).await;
         assert_eq!(
             ready["reason"], "ErrorBrokerURLNotAllowed",
@@ -382,4 +386,47 @@ async fn the_allow_list_lets_a_namespaced_broker_use_loopback() {
             .get(API, "ServicePlan", Some("team-a"), "small")
             .is_some()
     );
+}
+
+#[tokio::test]
+async fn a_tenants_broker_fails_in_the_same_words_and_no_sooner_whatever_is_at_its_url() {
+    let not_osb = json_server(
+        StatusCode::NOT_FOUND,
+        json!({"description": "no such page"}),
+    )
+    .await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let floor = Duration::from_secs(2);
+    let cluster = Cluster::start(|ctx| {
+        allow_loopback(ctx);
+        ctx.brokers.failure_floor = floor;
+    })
+    .await;
+    let mut seen = Vec::new();
+    for (name, url) in [("open", &not_osb), ("closed", &closed)] {
+        let started = std::time::Instant::now();
+        cluster.tenant_broker(name, url);
+        let ready = cluster.ready(Some("team-a"), name).await;
+        let took = started.elapsed();
+        assert!(took >= floor, "{name}: written after {took:?}");
+        seen.push((ready["reason"].clone(), message(&ready).to_owned()));
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].1, NOT_OSB);
+
+    // A broker that works is not held back.
+    let url = json_server(
+        StatusCode::OK,
+        json!({"services": [{"id": "svc", "name": "db", "description": "", "bindable": true,
+            "plans": [{"id": "small", "name": "small", "description": ""}]}]}),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    cluster.tenant_broker("works", &url);
+    let ready = cluster.ready(Some("team-a"), "works").await;
+    assert_eq!(ready["reason"], "FetchedCatalog", "{ready}");
+    assert!(started.elapsed() < floor, "{:?}", started.elapsed());
 }

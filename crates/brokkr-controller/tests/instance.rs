@@ -15,6 +15,8 @@ use brokkr_controller::resources;
 use brokkr_fake_kube::FakeCluster;
 use serde_json::{Value, json};
 
+mod support;
+
 const API: &str = "services.brokkr.dev/v1alpha1";
 
 /// What the broker received: (headers, query, body) of each provision.
@@ -64,11 +66,13 @@ async fn provision_until_it_times_out(user_info_checked: bool) -> (HeaderMap, St
     for crd in resources::crds() {
         fake.add_crd(&crd);
     }
+    if user_info_checked {
+        support::install_user_info_policy(&fake);
+    }
     let ctx = brokkr_controller::Context {
         metrics: Metrics::default(),
         cluster_id: Some("cluster-1".into()),
         wait_timeout: brokkr_controller::DEFAULT_WAIT_TIMEOUT,
-        user_info: brokkr_controller::user_info::Guard::fixed(user_info_checked),
         ..brokkr_controller::Context::new(fake.client())
     };
     let controllers = tokio::spawn(brokkr_controller::run(ctx, futures::future::pending()));

@@ -12,39 +12,7 @@ use brokkr_controller::resources::{ServiceBinding, ServiceInstance};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
-use support::{API, Broker, Cluster, Seen, condition};
-
-const ADMISSION: &str = "admissionregistration.k8s.io/v1";
-
-/// Installs the policy and its binding, created (and so in force) before the fake's objects.
-fn install_policy(cluster: &Cluster) {
-    let fake = &cluster.fake;
-    fake.add_kind(
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingAdmissionPolicy",
-        "validatingadmissionpolicies",
-        false,
-    );
-    fake.add_kind(
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingAdmissionPolicyBinding",
-        "validatingadmissionpolicybindings",
-        false,
-    );
-    let created = "2025-12-01T00:00:00Z";
-    fake.create(
-        json!({"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "brokkr-user-info", "creationTimestamp": created},
-        "spec": {"failurePolicy": "Fail"}}),
-    );
-    fake.create(
-        json!({"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "brokkr-user-info", "creationTimestamp": created},
-        "spec": {"policyName": "brokkr-user-info", "validationActions": ["Deny"]}}),
-    );
-}
+use support::{API, Broker, Cluster, Seen, condition, install_user_info_policy};
 
 fn user(name: &str) -> Value {
     json!({"username": name, "groups": ["team-a"]})
@@ -82,7 +50,7 @@ fn alice() -> Option<String> {
 async fn each_call_carries_the_identity_of_the_change_that_caused_it_or_none() {
     let broker = Broker::start(answers).await;
     let cluster = Cluster::start(&broker).await;
-    install_policy(&cluster);
+    install_user_info_policy(&cluster.fake);
     cluster.fake.create(secret("db-params", r#"{"size": 1}"#));
 
     // Alice creates the instance: the provision is hers.
@@ -175,7 +143,7 @@ async fn an_identity_written_before_the_policy_or_without_it_is_never_forwarded(
 
     // An instance created before the policy (as while an admin had removed it), provisioned
     // once the policy is back: its userInfo was never checked.
-    install_policy(&cluster);
+    install_user_info_policy(&cluster.fake);
     cluster
         .fake
         .create(json!({"apiVersion": API, "kind": "ServiceInstance",

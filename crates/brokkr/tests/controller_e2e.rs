@@ -211,7 +211,10 @@ async fn abandon_releases_what_a_stopped_broker_cannot_delete() {
     )
     .await;
     assert!(
-        failed["message"].as_str().unwrap().contains("cannot reach"),
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("the broker could not be used"),
         "{failed:#}"
     );
     kubectl(

@@ -340,6 +340,16 @@ fn controller_rbac_grants_what_the_controllers_use_and_no_wildcards() {
         "leases",
         &["get", "create", "update"],
     );
+    // The addresses the API server advertises, refused to namespaced brokers: that one object.
+    let api_server = find(&docs, "Role", "brokkr-controller-api-server");
+    assert_eq!(api_server["metadata"]["namespace"], "default");
+    assert_eq!(
+        api_server["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["endpoints"],
+            "resourceNames": ["kubernetes"], "verbs": ["get"]}])
+    );
+    let binding = find(&docs, "RoleBinding", "brokkr-controller-api-server");
+    assert_eq!(binding["subjects"][0]["name"], "brokkr-controller");
 
     let aggregate = find(&docs, "ClusterRole", "brokkr-controller-servicebinding");
     assert_eq!(

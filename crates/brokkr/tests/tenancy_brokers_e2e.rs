@@ -3,12 +3,15 @@
 //! --test-threads=1`). The tests act as the tenant: a user impersonated by kubectl, bound to the
 //! built-in `edit` ClusterRole in its namespace, to which deploy/base/tenant-rbac.yaml adds
 //! brokkr's kinds. What they check: a broker pointed at the API server tells the tenant
-//! only that it is not an OSB broker; the cloud metadata address is refused by the URL policy;
-//! a loopback broker is refused by a controller with the default policy; a 120 MiB catalog and a
-//! catalog of too many plans are refused without the controller falling over; a real broker
-//! lists its catalog into the tenant's namespace, readable by the tenant; and a hostile broker's
-//! 1,000,000-character description and 500,000-character `operation` and `dashboard_url` leave
-//! the tenant's ServiceInstances small, failed or mitigated.
+//! only that it could not be used; the cloud metadata address is refused by the URL policy, and
+//! so are the addresses the API server advertises (the Endpoints `default/kubernetes`, as they
+//! are at start and as they change); a loopback broker is refused by a controller with the
+//! default policy, also written as an IPv4-compatible, NAT64 or 6to4 IPv6 address; a closed port
+//! and a server that is not a broker look the same to the tenant, in words and in time; a
+//! 120 MiB catalog and a catalog of too many plans are refused without the controller falling
+//! over; a real broker lists its catalog into the tenant's namespace, readable by the tenant;
+//! and a hostile broker's 1,000,000-character description and 500,000-character `operation` and
+//! `dashboard_url` leave the tenant's ServiceInstances small, failed or mitigated.
 
 mod support;
 
@@ -105,8 +108,29 @@ async fn raw_server(head: String, body: Vec<u8>, times: usize) -> (String, Arc<A
     (url, sent)
 }
 
-const UNREACHABLE: &str = "the broker is unreachable (the controller's log has the details)";
-const NOT_OSB: &str = "the broker's answer is not an OSB catalog the controller accepts (the controller's log has the details)";
+/// What a namespaced broker's status says of any failure to use it.
+const UNUSABLE: &str = "the broker could not be used (the controller's log has the details)";
+/// How long after an attempt a namespaced broker's failure is written, at the soonest (the
+/// connect timeout).
+const FAILURE_FLOOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A controller with the default URL policy (the harness's allows loopback), its log in `log`.
+/// Starting (and stopping) the harness's applies brokkr's CRDs; run these tests one at a time.
+fn default_policy_controller(log: &tempfile::NamedTempFile) -> Process {
+    drop(Controller::start());
+    Process(
+        Command::new(BIN)
+            .args(["controller", "--no-leader-election"])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .env("KUBECONFIG", kubeconfig())
+            .env_remove("BROKKR_BROKER_URL_ALLOW")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("start brokkr controller"),
+    )
+}
 
 #[tokio::test]
 #[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
@@ -129,7 +153,7 @@ async fn a_tenant_broker_pointed_at_the_api_server_or_the_metadata_address_learn
     // Without TLS verification the API server answers: 401/403 with its own words.
     tenant_broker(ns, "apiserver", &server, "  insecureSkipTLSVerify: true\n");
     let (ready, status) = tenant_sees(ns, "apiserver", "ErrorFetchingCatalog").await;
-    assert_eq!(ready["message"], NOT_OSB, "{ready}");
+    assert_eq!(ready["message"], UNUSABLE, "{ready}");
     for leak in [
         "403",
         "401",
@@ -144,10 +168,10 @@ async fn a_tenant_broker_pointed_at_the_api_server_or_the_metadata_address_learn
             "{leak:?} in the tenant's status: {status}"
         );
     }
-    // With TLS verification, the handshake fails: unreachable, nothing more.
+    // With TLS verification, the handshake fails: the same words, nothing more.
     tenant_broker(ns, "apiserver-tls", &server, "");
     let (ready, status) = tenant_sees(ns, "apiserver-tls", "ErrorFetchingCatalog").await;
-    assert_eq!(ready["message"], UNREACHABLE, "{ready}");
+    assert_eq!(ready["message"], UNUSABLE, "{ready}");
     assert!(!status.contains("certificate"), "{status}");
 
     // The cloud metadata address: refused before any connection.
@@ -167,24 +191,10 @@ async fn a_tenant_broker_pointed_at_the_api_server_or_the_metadata_address_learn
 async fn a_controller_with_the_default_policy_refuses_a_tenant_broker_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let (_broker, broker_url) = serve_shared(dir.path());
-    // The harness's controller allows loopback: this one runs with the defaults. Starting
-    // (and stopping) the harness's applies brokkr's CRDs; run these tests one at a time.
-    drop(Controller::start());
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let _controller = default_policy_controller(&log);
     let namespace = tenant_namespace().await;
     let ns = namespace.as_str();
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let _controller = Process(
-        Command::new(BIN)
-            .args(["controller", "--no-leader-election"])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .env("KUBECONFIG", kubeconfig())
-            .env_remove("BROKKR_BROKER_URL_ALLOW")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .expect("start brokkr controller"),
-    );
     tenant_broker(ns, "loopback", &broker_url, "");
     let (ready, status) = tenant_sees(ns, "loopback", "ErrorBrokerURLNotAllowed").await;
     assert!(!status.contains("127.0.0.1:"), "{status}");
@@ -221,7 +231,7 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     .await;
     tenant_broker(ns, "huge", &huge, "");
     let (ready, _) = tenant_sees(ns, "huge", "ErrorFetchingCatalog").await;
-    assert_eq!(ready["message"], NOT_OSB);
+    assert_eq!(ready["message"], UNUSABLE);
     let written = sent.load(Ordering::SeqCst);
     assert!(written < 40 << 20, "the broker wrote {written} bytes");
 
@@ -273,6 +283,186 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     tenant_sees(ns, "real", "FetchedCatalog").await;
     let plans = as_tenant(ns, &["get", "serviceplans", "-o", "name"], "").unwrap();
     assert!(!plans.trim().is_empty(), "the tenant sees its plans");
+}
+
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_tenant_broker_at_loopback_embedded_in_an_ipv6_address_is_refused() {
+    // Counts one byte a request.
+    let (url, sent) = raw_server(
+        "HTTP/1.1 404 Not Found\r\ncontent-length: 1\r\n\r\n".into(),
+        b" ".to_vec(),
+        1,
+    )
+    .await;
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    // The default policy: an allow list of 127.0.0.0/8 would re-allow them, as it does
+    // 127.0.0.1.
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let _controller = default_policy_controller(&log);
+    let namespace = tenant_namespace().await;
+    let ns = namespace.as_str();
+    let forms = [
+        ("compatible", format!("http://[::127.0.0.1]:{port}")),
+        ("nat64", format!("http://[64:ff9b::7f00:1]:{port}")),
+        ("nat64-local", format!("http://[64:ff9b:1::7f00:1]:{port}")),
+        ("sixtofour", format!("http://[2002:7f00:1::]:{port}")),
+        ("mapped", format!("http://[::ffff:127.0.0.1]:{port}")),
+    ];
+    for (name, url) in &forms {
+        tenant_broker(ns, name, url, "");
+    }
+    for (name, _) in &forms {
+        let (ready, status) = tenant_sees(ns, name, "ErrorBrokerURLNotAllowed").await;
+        assert!(
+            ready["message"]
+                .as_str()
+                .unwrap()
+                .contains("policy for namespaced brokers"),
+            "{name}: {ready}"
+        );
+        assert!(!status.contains(&port), "{name}: {status}");
+    }
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+}
+
+/// The Endpoints `default/kubernetes`, as the test sets them; as they were when dropped. (The
+/// e2e cluster's API server runs without its endpoint reconciler, so nothing else writes them.)
+struct AdvertisedEndpoints {
+    before: Option<String>,
+}
+
+impl AdvertisedEndpoints {
+    fn set(ip: &str) -> Self {
+        let before = try_kubectl(
+            &[
+                "-n",
+                "default",
+                "get",
+                "endpoints",
+                "kubernetes",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .ok();
+        let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [{"addresses": [{"ip": ip}],
+                         "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]});
+        kubectl(&["apply", "-f", "-"], &endpoints.to_string());
+        Self { before }
+    }
+}
+
+impl Drop for AdvertisedEndpoints {
+    fn drop(&mut self) {
+        let _ = try_kubectl(
+            &[
+                "-n",
+                "default",
+                "delete",
+                "endpoints",
+                "kubernetes",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        if let Some(before) = &self.before {
+            let mut object: Value = serde_json::from_str(before).unwrap_or_default();
+            if let Some(meta) = object["metadata"].as_object_mut() {
+                for field in [
+                    "resourceVersion",
+                    "uid",
+                    "creationTimestamp",
+                    "managedFields",
+                ] {
+                    meta.remove(field);
+                }
+            }
+            let _ = try_kubectl(&["create", "-f", "-"], Some(&object.to_string()));
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_tenant_broker_at_an_address_the_api_server_advertises_is_refused() {
+    // The API server advertises 192.0.2.2 (TEST-NET-1: nothing answers there), while the
+    // controller's kubeconfig says 127.0.0.1. The harness's allow list (127.0.0.0/8) does not
+    // cover it.
+    let advertised = AdvertisedEndpoints::set("192.0.2.2");
+    let _controller = Controller::start();
+    let namespace = tenant_namespace().await;
+    let ns = namespace.as_str();
+    tenant_broker(ns, "advertised", "https://192.0.2.2:6443", "");
+    // An address beside it is not refused: tried, and not usable.
+    tenant_broker(ns, "beside", "https://192.0.2.3:6443", "");
+    let (ready, _) = tenant_sees(ns, "advertised", "ErrorBrokerURLNotAllowed").await;
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("policy for namespaced brokers"),
+        "{ready}"
+    );
+    let (ready, _) = tenant_sees(ns, "beside", "ErrorFetchingCatalog").await;
+    assert_eq!(ready["message"], UNUSABLE, "{ready}");
+
+    // The API server now advertises another address: refused within the controller's next
+    // read (every 30 s).
+    let moved = AdvertisedEndpoints::set("192.0.2.4");
+    tokio::time::sleep(std::time::Duration::from_secs(32)).await;
+    tenant_broker(ns, "moved", "https://192.0.2.4:6443", "");
+    tenant_sees(ns, "moved", "ErrorBrokerURLNotAllowed").await;
+    drop(moved);
+    drop(advertised);
+}
+
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_closed_port_and_a_server_that_is_not_a_broker_look_the_same_to_a_tenant() {
+    // Both on loopback, which the harness's controller allows: the policy lets the
+    // connections through, and what is tested is what the status tells of them.
+    let body = br#"{"error":"NotFound","description":"no such path on redis"}"#;
+    let (open, answered) = raw_server(
+        format!(
+            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        ),
+        body.to_vec(),
+        1,
+    )
+    .await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let _controller = Controller::start();
+    let namespace = tenant_namespace().await;
+    let ns = namespace.as_str();
+    let mut seen = Vec::new();
+    for (name, url) in [("open", &open), ("closed", &closed)] {
+        let started = std::time::Instant::now();
+        tenant_broker(ns, name, url, "");
+        let (ready, status) = tenant_sees(ns, name, "ErrorFetchingCatalog").await;
+        let took = started.elapsed();
+        assert!(
+            took >= FAILURE_FLOOR,
+            "{name}: the status came after {took:?}"
+        );
+        for leak in ["404", "NotFound", "redis", "refused", url.as_str()] {
+            assert!(!status.contains(leak), "{name}: {leak:?} in {status}");
+        }
+        seen.push((ready["reason"].clone(), ready["message"].clone()));
+    }
+    assert!(
+        answered.load(Ordering::SeqCst) >= 1,
+        "the open port was asked"
+    );
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].1, UNUSABLE);
 }
 
 /// A broker on loopback with one service (`hostile`, plan `p`). Provisions of the instance

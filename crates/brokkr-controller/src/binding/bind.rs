@@ -140,14 +140,17 @@ impl Reconcile<'_> {
                 self.publish_with(instance, resolved, credentials, expiry, others)
                     .await
             }
-            Err(e) => self.bind_failed(e).await,
+            Err(e) => {
+                let said = resolved.said(&e);
+                self.bind_failed(e, said).await
+            }
         }
     }
 
     /// A bind the broker refused or did not answer properly.
-    async fn bind_failed(&mut self, e: OsbError) -> Result<Action, Error> {
+    async fn bind_failed(&mut self, e: OsbError, said: String) -> Result<Action, Error> {
         let status = e.status().map(|s| s.as_u16());
-        let message = format!("Bind call failed: {e}");
+        let message = format!("Bind call failed: {said}");
         if matches!(status, Some(400 | 409 | 422)) {
             self.status.unbind_status = Some(UnbindStatus::NotRequired);
             return self.fail("BindCallFailed", message).await;

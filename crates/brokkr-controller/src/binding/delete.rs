@@ -182,7 +182,7 @@ impl Reconcile<'_> {
             Err(e) => {
                 self.end_operation();
                 self.status.unbind_status = Some(UnbindStatus::Failed);
-                let message = format!("Unbind call failed: {e}");
+                let message = format!("Unbind call failed: {}", resolved.said(&e));
                 self.set(
                     "Ready",
                     ConditionStatus::False,

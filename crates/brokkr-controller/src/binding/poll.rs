@@ -130,7 +130,8 @@ impl Reconcile<'_> {
                         self.publish(instance, resolved, credentials, expiry).await
                     }
                     Err(e) if may_have_created(&e) => {
-                        self.start_orphan_mitigation(format!("fetching the binding failed: {e}"))
+                        let said = resolved.said(&e);
+                        self.start_orphan_mitigation(format!("fetching the binding failed: {said}"))
                             .await
                     }
                     Err(e) => Err(e.into()),

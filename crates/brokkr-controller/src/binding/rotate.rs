@@ -373,12 +373,15 @@ impl Reconcile<'_> {
                 .await
             }
             Err(e) if matches!(e.status().map(|s| s.as_u16()), Some(400 | 409 | 422)) => {
-                self.rotation_failed("RotationFailed", format!("Bind call failed: {e}"))
+                let said = resolved.said(&e);
+                self.rotation_failed("RotationFailed", format!("Bind call failed: {said}"))
                     .await
             }
             Err(e) => {
                 // It may have bound, or not been reached: the same id is bound again.
-                let message = format!("Bind call failed: {e}; binding the successor {id:?} again");
+                let said = resolved.said(&e);
+                let message =
+                    format!("Bind call failed: {said}; binding the successor {id:?} again");
                 self.set(
                     CONDITION,
                     ConditionStatus::True,
@@ -693,7 +696,7 @@ impl Reconcile<'_> {
                 Ok(None)
             }
             Err(e) => {
-                self.unbind_failed(&retiring.external_id, &e.to_string())
+                self.unbind_failed(&retiring.external_id, &resolved.said(&e))
                     .await?;
                 Ok(Some(Action::requeue(RECHECK)))
             }

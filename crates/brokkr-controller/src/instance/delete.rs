@@ -69,7 +69,7 @@ pub(super) async fn deprovision(
         Ok(_) => deprovisioned(instance, ctx, status).await,
         Err(e) => {
             let reason = "DeprovisionCallFailed";
-            let message = format!("Deprovision call failed: {e}");
+            let message = format!("Deprovision call failed: {}", resolved.said(&e));
             end_operation(&mut status);
             status.deprovision_status = Some(DeprovisionStatus::Failed);
             let message = if deleting {

@@ -147,7 +147,10 @@ pub(super) async fn provision(
             status.dashboard_url = response.body.dashboard_url.clone();
             provisioned(instance, ctx, status).await
         }
-        Err(e) => failed(instance, ctx, status, e).await,
+        Err(e) => {
+            let said = resolved.said(&e);
+            failed(instance, ctx, status, e, said).await
+        }
     }
 }
 
@@ -189,9 +192,10 @@ async fn failed(
     ctx: &Context,
     mut status: ServiceInstanceStatus,
     e: OsbError,
+    said: String,
 ) -> Result<Action, Error> {
     let reason = "ProvisionCallFailed";
-    let message = format!("Provision call failed: {e}");
+    let message = format!("Provision call failed: {said}");
     event(ctx, instance, EventType::Warning, reason, &message).await;
     if platform::may_have_created(&e) {
         return start_orphan_mitigation(instance, ctx, status, &message, false).await;

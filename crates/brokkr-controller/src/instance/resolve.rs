@@ -29,6 +29,15 @@ pub(crate) struct Resolved {
 }
 
 impl Resolved {
+    /// What a status says of the failed call `e` to this broker: for a namespaced broker,
+    /// nothing of what the other end did ([`crate::broker::said`]); the log has it.
+    pub fn said(&self, e: &brokkr_osb::client::Error) -> String {
+        if !self.cluster {
+            tracing::warn!(error = %crate::broker::detail(e), "a call to a namespaced broker failed");
+        }
+        crate::broker::said(e, !self.cluster)
+    }
+
     pub fn plan_ref(&self) -> PlanRef {
         PlanRef::new(&self.class.external_id, &self.plan.external_id)
     }

@@ -115,7 +115,10 @@ pub(super) async fn update(
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
             updated(instance, ctx, status).await
         }
-        Err(e) => call_failed(instance, ctx, status, &e).await,
+        Err(e) => {
+            let said = resolved.said(&e);
+            call_failed(instance, ctx, status, &e, said).await
+        }
     }
 }
 
@@ -148,6 +151,7 @@ async fn call_failed(
     ctx: &Context,
     status: ServiceInstanceStatus,
     e: &OsbError,
+    said: String,
 ) -> Result<Action, Error> {
     let retry = e.is_transient() || !matches!(e, OsbError::Broker(_));
     let reason = if retry {
@@ -160,7 +164,7 @@ async fn call_failed(
         ctx,
         status,
         reason,
-        format!("Update call failed: {e}"),
+        format!("Update call failed: {said}"),
     )
     .await?;
     Ok(if retry {

@@ -292,3 +292,35 @@ pub fn condition(object: &Value, type_: &str) -> Option<Value> {
         .find(|c| c["type"] == type_)
         .cloned()
 }
+
+pub const ADMISSION: &str = "admissionregistration.k8s.io/v1";
+
+/// Installs the `brokkr-user-info` policy and its binding, created (and so in force) before the
+/// fake's objects (which it dates 2026-01-01).
+pub fn install_user_info_policy(fake: &FakeCluster) {
+    fake.add_kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+    );
+    fake.add_kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        false,
+    );
+    let created = "2025-12-01T00:00:00Z";
+    fake.create(
+        json!({"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "brokkr-user-info", "creationTimestamp": created},
+        "spec": {"failurePolicy": "Fail"}}),
+    );
+    fake.create(
+        json!({"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "brokkr-user-info", "creationTimestamp": created},
+        "spec": {"policyName": "brokkr-user-info", "validationActions": ["Deny"]}}),
+    );
+}

@@ -251,6 +251,7 @@ impl ClientBuilder {
         }
         install_crypto_provider();
         let mut http = reqwest::Client::builder();
+        let mut checked_literal = None;
         if let Some(filter) = &self.address_filter {
             let port = base.port_or_known_default().unwrap_or(80);
             // An IP address in the URL is never resolved: check it here.
@@ -268,6 +269,8 @@ impl ClientBuilder {
                     address: SocketAddr::new(ip, port),
                 });
             }
+            // And at every call: a filter may refuse more later.
+            checked_literal = literal.map(|ip| (filter.clone(), SocketAddr::new(ip, port)));
             http = http
                 .dns_resolver(address::CheckedResolver::new(filter.clone(), port))
                 .redirect(reqwest::redirect::Policy::none())
@@ -324,6 +327,7 @@ impl ClientBuilder {
                 base,
                 authorization,
                 limits: self.limits,
+                checked_literal,
             }),
             originating_identity: self
                 .originating_identity
@@ -353,6 +357,8 @@ struct Inner {
     base: reqwest::Url,
     authorization: Option<HeaderValue>,
     limits: BodyLimits,
+    /// The URL's IP address, never resolved, with the filter it is checked with at every call.
+    checked_literal: Option<(AddressFilter, SocketAddr)>,
 }
 
 /// A successful answer: its status, its parsed body and the headers a platform acts on.
@@ -656,6 +662,14 @@ impl Client {
             url.query_pairs_mut().extend_pairs(query);
         }
         let shown = format!("{}{}", self.inner.base.as_str().trim_end_matches('/'), path);
+        if let Some((filter, address)) = &self.inner.checked_literal
+            && !filter.accepts(*address)
+        {
+            return Err(Error::AddressRefused {
+                url: shown,
+                address: *address,
+            });
+        }
         let mut request = self.inner.http.request(method, url).headers(self.headers());
         if let Some(body) = body {
             request = request.json(body);
@@ -1115,5 +1129,31 @@ mod tests {
             .unwrap();
         let e = accepted.catalog().await.unwrap_err();
         assert!(matches!(e, Error::InvalidResponse { .. }), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn an_address_in_the_url_is_checked_again_at_every_call() {
+        let (url, sent) = raw_broker(
+            "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n",
+            14,
+            2,
+            Duration::ZERO,
+        )
+        .await;
+        let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let now_refused = refused.clone();
+        let client = Client::builder(&url)
+            .connect_only_to(AddressFilter::new(move |_| {
+                !now_refused.load(std::sync::atomic::Ordering::SeqCst)
+            }))
+            .build()
+            .unwrap();
+        let e = client.catalog().await.unwrap_err();
+        assert!(matches!(e, Error::InvalidResponse { .. }), "{e:?}");
+        let before = sent.load(std::sync::atomic::Ordering::SeqCst);
+        refused.store(true, std::sync::atomic::Ordering::SeqCst);
+        let e = client.catalog().await.unwrap_err();
+        assert!(matches!(e, Error::AddressRefused { .. }), "{e:?}");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), before);
     }
 }

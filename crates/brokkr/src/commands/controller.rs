@@ -199,6 +199,12 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .ok()
         .flatten()
         .and_then(|ns| ns.metadata.uid);
+    // The addresses the API server advertises are refused to namespaced brokers, as they are
+    // now and as they change.
+    let advertised = brokers
+        .namespaced_urls
+        .follow_api_server(client.clone())
+        .await;
     let user_info = brokkr_controller::user_info::Guard::new(client.clone());
     let context = |scope: Scope| brokkr_controller::Context {
         metrics: metrics.clone(),
@@ -229,7 +235,10 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .collect();
     // Whose identity is forwarded to brokers: only one the API server checked.
     let guard = tokio::spawn(user_info.watch());
-    let controllers = futures::future::join_all(runs).map(move |_| guard.abort());
+    let controllers = futures::future::join_all(runs).map(move |_| {
+        guard.abort();
+        advertised.abort();
+    });
     if args.no_leader_election {
         controllers.await;
     } else {
@@ -275,7 +284,8 @@ pub fn without_huge_pages() {
 
 /// The bounds of broker calls and the URL policy of namespaced brokers, from the flags. The
 /// policy refuses, besides its defaults, the controller's own addresses: its pod's IPs, its
-/// listening socket, and the API server's addresses.
+/// listening socket, and the API server's addresses in its configuration (those the API server
+/// advertises are added once the client is made, [`UrlPolicy::follow_api_server`]).
 async fn broker_policy(args: &ControllerArgs, api_server: Option<&str>) -> Result<BrokerPolicy> {
     let mut urls = UrlPolicy::default();
     for entry in &args.broker_url_allow {
