@@ -13,6 +13,9 @@
 //! the controller's log has the details. Its failures are written no sooner than
 //! [`BrokerPolicy::failure_floor`] after the attempt started, so that how soon one is written
 //! does not tell a closed port from an open one either ([`HeldFailures`]).
+//!
+//! What the ServiceBrokers of one namespace may list together, and whose turn it is to list,
+//! is [`crate::catalog_bounds`]'s.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -32,6 +35,7 @@ use serde_json::{Value, json};
 
 use crate::Context;
 use crate::broker_hold;
+use crate::catalog_bounds::{self, Existing, NamespaceBounds, Turns};
 use crate::conditions;
 use crate::names::{label_value, object_name};
 use crate::resources::{
@@ -75,6 +79,10 @@ pub struct BrokerPolicy {
     pub failure_floor: Duration,
     /// The failures of namespaced brokers waiting for [`BrokerPolicy::failure_floor`].
     pub held_failures: Arc<HeldFailures>,
+    /// What the ServiceBrokers of one namespace may list together.
+    pub namespaces: NamespaceBounds,
+    /// Whose turn it is to list, per namespace.
+    pub turns: Arc<Turns>,
 }
 
 impl BrokerPolicy {
@@ -94,7 +102,7 @@ impl Default for BrokerPolicy {
     /// 8 MiB catalogs, 1 MiB other answers, 64 KiB error answers; 60 s a call (10 s to
     /// connect); 200 services and 1,000 plans a catalog, 4 catalogs at once; the default URL
     /// policy; namespaced brokers' failures written 10 s (the connect timeout) after the
-    /// attempt started, at the soonest.
+    /// attempt started, at the soonest; the default [`NamespaceBounds`].
     fn default() -> Self {
         Self {
             body_limits: BodyLimits::default(),
@@ -108,6 +116,8 @@ impl Default for BrokerPolicy {
             )),
             failure_floor: Self::DEFAULT_CONNECT_TIMEOUT,
             held_failures: Arc::default(),
+            namespaces: NamespaceBounds::default(),
+            turns: Arc::default(),
         }
     }
 }
@@ -189,6 +199,12 @@ pub enum Error {
     /// The broker's catalog lists more services or plans than the controller keeps.
     #[error("{0}")]
     CatalogTooLarge(String),
+    /// The broker's namespace has more ServiceBrokers than the controller serves of one.
+    #[error("{0}")]
+    TooManyBrokers(String),
+    /// The catalog would take its namespace over the classes or plans kept of one namespace.
+    #[error("{0}")]
+    NamespaceCatalogLimit(String),
 }
 
 impl Error {
@@ -201,6 +217,8 @@ impl Error {
             Self::Credentials(_) => "ErrorGettingAuthCredentials",
             Self::Catalog(_) => "ErrorListingCatalog",
             Self::CatalogTooLarge(_) => "ErrorCatalogTooLarge",
+            Self::TooManyBrokers(_) => "ErrorTooManyBrokers",
+            Self::NamespaceCatalogLimit(_) => "ErrorNamespaceCatalogLimit",
         }
     }
 
@@ -482,6 +500,11 @@ pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Resu
     if let Some(wait) = not_due(&*broker) {
         return Ok(wait);
     }
+    // One listing per namespace at a time; a busy namespace's broker waits without holding
+    // a reconcile.
+    let Some(_turn) = catalog_bounds::turn(&*broker, &ctx) else {
+        return Ok(Action::requeue(catalog_bounds::BUSY_RETRY));
+    };
     if let Some(namespaced) = broker.as_namespaced() {
         broker_hold::hold(namespaced, &ctx).await?;
     }
@@ -500,10 +523,15 @@ pub async fn reconcile<B: BrokerKind>(broker: Arc<B>, ctx: Arc<Context>) -> Resu
             return result.map(|()| Action::await_change());
         }
         let message = e.tenant_message();
-        let left = ctx.brokers.failure_floor.saturating_sub(started.elapsed());
+        // Only a call to the broker can tell what listens at its URL; the tenant's own
+        // limits are said at once.
+        let left = match e {
+            Error::Osb(_) => ctx.brokers.failure_floor.saturating_sub(started.elapsed()),
+            _ => Duration::ZERO,
+        };
         if left.is_zero() {
             write_failure(&*broker, &ctx, e.reason(), message).await?;
-            return Ok(Action::requeue(RETRY_AFTER_FAILURE));
+            return Ok(error_policy(broker, e, ctx.clone()));
         }
         let due = Instant::now() + left;
         let failure = HeldFailure {
@@ -564,6 +592,11 @@ async fn patch_status<B: BrokerKind>(
     ctx: &Context,
     status: &ServiceBrokerStatus,
 ) -> Result<(), Error> {
+    // A status as it was is not written again: a broker refused the same way at each look
+    // (its namespace's bounds, say) costs no write, and wakes nothing.
+    if broker.broker_status() == Some(status) {
+        return Ok(());
+    }
     broker
         .broker_api(&ctx.client)
         .patch_status(
@@ -602,8 +635,12 @@ fn not_due<B: BrokerKind>(broker: &B) -> Option<Action> {
 }
 
 /// What to do after a failed reconcile: try again soon.
-pub fn error_policy<B: BrokerKind>(_: Arc<B>, _: &Error, _: Arc<Context>) -> Action {
-    Action::requeue(RETRY_AFTER_FAILURE)
+pub fn error_policy<B: BrokerKind>(_: Arc<B>, error: &Error, _: Arc<Context>) -> Action {
+    match error {
+        // Each look may fetch the catalog again; a spec change wakes the broker at once.
+        Error::NamespaceCatalogLimit(_) => Action::requeue(catalog_bounds::LIMIT_RETRY),
+        _ => Action::requeue(RETRY_AFTER_FAILURE),
+    }
 }
 
 /// A client for the broker, with the credentials of its Secret, the bounds of `ctx`'s
@@ -679,8 +716,21 @@ async fn build_osb_client<B: BrokerKind>(
 }
 
 /// Fetches the broker's catalog and writes it as classes and plans.
+///
+/// What exists already is read once, as metadata, before anything is written (whose each
+/// entry is, what the namespace holds): a listing costs no more memory than the catalog it
+/// reads, however large the classes and plans already written are.
 async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Error> {
+    catalog_bounds::check_broker_count(broker, ctx)?;
     let osb = osb_client(broker, ctx).await?;
+    let class_api = broker.class_api(&ctx.client);
+    let plan_api = broker.plan_api(&ctx.client);
+    let everything = ListParams::default();
+    let held_classes = Existing::new(class_api.list_metadata(&everything).await?.items);
+    let held_plans = Existing::new(plan_api.list_metadata(&everything).await?.items);
+    if let Some(namespaced) = broker.as_namespaced() {
+        catalog_bounds::check_room(namespaced, ctx, &held_classes, &held_plans)?;
+    }
     // Held while the catalog is in memory: many brokers listed together wait their turn.
     let _permit = ctx
         .brokers
@@ -693,13 +743,27 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
     let catalog = answer?.body;
     within_bounds(&catalog, &ctx.brokers)?;
     let CatalogEntries { classes, plans } = catalog_entries(broker, &catalog)?;
+    drop(catalog);
+    if let Some(namespaced) = broker.as_namespaced() {
+        catalog_bounds::check_listing(
+            namespaced,
+            ctx,
+            (&held_classes, &held_plans),
+            (
+                classes
+                    .iter()
+                    .map(|c| c.meta().name.as_deref().unwrap_or_default()),
+                plans
+                    .iter()
+                    .map(|p| p.meta().name.as_deref().unwrap_or_default()),
+            ),
+        )?;
+    }
 
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let class_api = broker.class_api(&ctx.client);
-    let plan_api = broker.plan_api(&ctx.client);
     let owner = label_value(&broker.name_any());
-    let mut taken = taken_by_others(&class_api, &classes, &owner).await?;
-    taken.extend(taken_by_others(&plan_api, &plans, &owner).await?);
+    let mut taken = taken_by_others(&held_classes, &classes, &owner);
+    taken.extend(taken_by_others(&held_plans, &plans, &owner));
     if !taken.is_empty() {
         return Err(Error::Catalog(format!(
             "the catalog offers ids whose {} already belong to another broker: {}; a broker never takes over another's classes and plans (give the services and plans ids of their own)",
@@ -728,17 +792,19 @@ async fn list_catalog<B: BrokerKind>(broker: &B, ctx: &Context) -> Result<(), Er
         plan_names.insert(name);
     }
 
-    let listed = ListParams::default().labels(&format!(
-        "{BROKER_LABEL}={}",
-        label_value(&broker.name_any())
-    ));
-    for class in class_api.list(&listed).await? {
-        if !class_names.contains(&class.name_any()) {
+    // The broker's entries the catalog no longer lists: every entry of the broker existed
+    // before this listing or was written by it (one reconcile of a broker runs at a time).
+    for name in held_classes.of(&owner) {
+        if !class_names.contains(name)
+            && let Some(class) = class_api.get_opt(name).await?
+        {
             mark_removed(&class_api, &class, true).await?;
         }
     }
-    for plan in plan_api.list(&listed).await? {
-        if !plan_names.contains(&plan.name_any()) {
+    for name in held_plans.of(&owner) {
+        if !plan_names.contains(name)
+            && let Some(plan) = plan_api.get_opt(name).await?
+        {
             mark_removed(&plan_api, &plan, true).await?;
         }
     }
@@ -759,24 +825,17 @@ fn within_bounds(catalog: &Catalog, policy: &BrokerPolicy) -> Result<(), Error> 
     Ok(())
 }
 
-/// The entries of `entries` that exist already, written by a broker other than `broker`, as
-/// `Kind/name (broker …)`.
-async fn taken_by_others<K: CatalogEntry>(
-    api: &Api<K>,
-    entries: &[K],
-    broker: &str,
-) -> Result<Vec<String>, Error> {
-    let mut taken = Vec::new();
-    for entry in entries {
-        let name = entry.name_any();
-        if let Some(existing) = api.get_opt(&name).await?
-            && let Some(owner) = existing.labels().get(BROKER_LABEL)
-            && owner != broker
-        {
-            taken.push(format!("{}/{name} (broker {owner:?})", K::kind(&())));
-        }
-    }
-    Ok(taken)
+/// The entries of `entries` that exist already (in `held`), written by a broker other than
+/// `broker`, as `Kind/name (broker …)`.
+fn taken_by_others<K: CatalogEntry>(held: &Existing, entries: &[K], broker: &str) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let name = entry.name_any();
+            let owner = held.owner(&name)??;
+            (owner != broker).then(|| format!("{}/{name} (broker {owner:?})", K::kind(&())))
+        })
+        .collect()
 }
 
 /// Sets `status.removedFromBrokerCatalog` where it differs.

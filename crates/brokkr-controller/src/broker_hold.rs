@@ -50,6 +50,11 @@ pub async fn release(broker: &ServiceBroker, ctx: &Context) -> Result<Action, Er
     if !finalizer::has(broker, FINALIZER) {
         return Ok(Action::await_change());
     }
+    // One namespace's brokers are released one at a time, as they are listed: deleting many
+    // large catalogs at once takes no more of the controller than listing them.
+    let Some(_turn) = crate::catalog_bounds::release_turn(broker, ctx) else {
+        return Ok(Action::requeue(crate::catalog_bounds::BUSY_RETRY));
+    };
     let ns = broker.namespace().unwrap_or_default();
     let by_broker = ListParams::default().labels(&format!(
         "{BROKER_LABEL}={}",
@@ -103,7 +108,8 @@ pub async fn release(broker: &ServiceBroker, ctx: &Context) -> Result<Action, Er
         finalizer::remove(&class_api, class, FINALIZER).await?;
     }
     let plan_api: Api<ServicePlan> = Api::namespaced(ctx.client.clone(), &ns);
-    for plan in plan_api.list(&by_broker).await?.items {
+    // Their metadata is all a finalizer needs: a broker's plans may be thousands of schemas.
+    for plan in plan_api.list_metadata(&by_broker).await?.items {
         finalizer::remove(&plan_api, &plan, FINALIZER).await?;
     }
     if let Some(name) = secret_name(broker) {

@@ -11,6 +11,10 @@
 //!   hundred bytes each.
 //! - Every cached object drops its `managedFields`, which the controllers never read and which
 //!   are often the largest part of an object.
+//! - Classes and plans of both scopes keep only what reconciles read ([`slim_catalog_entry`]):
+//!   names, ids, flags, the broker and class they belong to, whether they were removed from
+//!   the catalog. Schemas, descriptions, the catalog's `metadata` and annotations go: a plan
+//!   of 8 KB in the API server is a few hundred bytes here.
 //! - ServiceInstances, ServiceBindings and Secrets are also followed: every change is broadcast
 //!   ([`Caches::instance_changes`], [`Caches::binding_changes`], [`Caches::secret_changes`]), so
 //!   that each controller that reacts to a kind follows the one watch of it instead of watching
@@ -315,8 +319,20 @@ impl Caches {
                 },
             ),
             reflect(scope.api(client), config.clone(), w.brokers, drop),
-            reflect(scope.api(client), config.clone(), w.classes, drop),
-            reflect(scope.api(client), config.clone(), w.plans, drop),
+            reflect_with(
+                scope.api(client),
+                config.clone(),
+                w.classes,
+                |c: &mut ServiceClass| slim_catalog_entry(c, |c| &mut c.spec.common),
+                drop,
+            ),
+            reflect_with(
+                scope.api(client),
+                config.clone(),
+                w.plans,
+                |p: &mut ServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
+                drop,
+            ),
             reflect(
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
@@ -330,8 +346,20 @@ impl Caches {
             let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
             drivers.extend([
                 reflect(Api::all(client.clone()), all(), w.cluster_brokers, drop),
-                reflect(Api::all(client.clone()), all(), w.cluster_classes, drop),
-                reflect(Api::all(client.clone()), all(), w.cluster_plans, drop),
+                reflect_with(
+                    Api::all(client.clone()),
+                    all(),
+                    w.cluster_classes,
+                    |c: &mut ClusterServiceClass| slim_catalog_entry(c, |c| &mut c.spec.common),
+                    drop,
+                ),
+                reflect_with(
+                    Api::all(client.clone()),
+                    all(),
+                    w.cluster_plans,
+                    |p: &mut ClusterServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
+                    drop,
+                ),
                 reflect(namespaces, all(), w.namespaces, drop),
             ]);
         }
@@ -416,12 +444,62 @@ fn slim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
+/// Strips what no reconcile reads from a class or plan: its `managedFields` and annotations
+/// (`kubectl apply`'s copy of the object, for one), and of its spec (`common`) all but what
+/// resolving and calling its broker needs.
+pub(crate) fn slim_catalog_entry<K: Resource, S: Slim>(
+    object: &mut K,
+    common: impl FnOnce(&mut K) -> &mut S,
+) {
+    slim(object);
+    object.meta_mut().annotations = None;
+    common(object).keep_what_reconciles_read();
+}
+
+/// A class's or plan's spec, which the caches keep only in part.
+pub(crate) trait Slim {
+    /// Drops what no reconcile reads.
+    fn keep_what_reconciles_read(&mut self);
+}
+
+impl Slim for crate::resources::CommonServiceClassSpec {
+    fn keep_what_reconciles_read(&mut self) {
+        Self::keep_what_reconciles_read(self);
+    }
+}
+
+impl Slim for crate::resources::CommonServicePlanSpec {
+    fn keep_what_reconciles_read(&mut self) {
+        Self::keep_what_reconciles_read(self);
+    }
+}
+
 /// Fills `writer` from a watch of `api`'s objects (whole, or their metadata with an
 /// `Api<PartialObjectMeta<_>>`), and hands every event to `seen` after the store took it.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
+    seen: impl FnMut(watcher::Event<K>) + Send + 'static,
+) -> BoxFuture<'static, ()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    reflect_with(api, config, writer, slim, seen)
+}
+
+/// [`reflect`], each object stripped by `modify` before the store takes it.
+fn reflect_with<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    modify: impl FnMut(&mut K) + Send + 'static,
     mut seen: impl FnMut(watcher::Event<K>) + Send + 'static,
 ) -> BoxFuture<'static, ()>
 where
@@ -435,7 +513,7 @@ where
 {
     watcher(api, config)
         .default_backoff()
-        .modify(slim)
+        .modify(modify)
         .reflect(writer)
         .for_each(move |event| {
             match event {

@@ -29,9 +29,15 @@ where
 
 /// Removes `finalizer` from `object` through `api`, if it is there; the object as written, if
 /// it was.
-pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<Option<K>, kube::Error>
+/// `object` may be the object or its metadata alone (a `PartialObjectMeta` of a list).
+pub async fn remove<K, O>(
+    api: &Api<K>,
+    object: &O,
+    finalizer: &str,
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
+    O: Resource,
 {
     if !has(object, finalizer) {
         return Ok(None);
@@ -45,9 +51,14 @@ where
     set(api, object, finalizers).await
 }
 
-async fn set<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<Option<K>, kube::Error>
+async fn set<K, O>(
+    api: &Api<K>,
+    object: &O,
+    finalizers: Vec<String>,
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
+    O: Resource,
 {
     let current = object.meta().finalizers.clone();
     let patch: json_patch::Patch = serde_json::from_value(json!([

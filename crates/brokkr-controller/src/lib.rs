@@ -27,6 +27,7 @@ pub mod binding;
 pub mod broker;
 pub mod broker_hold;
 pub mod cache;
+pub mod catalog_bounds;
 mod conditions;
 mod finalizer;
 pub mod identity;

@@ -578,3 +578,64 @@ fn version_prints_version_commit_and_build_date_as_dash_dash_version_does() {
         )
     );
 }
+
+#[test]
+fn the_tenant_quota_example_counts_brokkrs_kinds_within_the_controllers_bounds() {
+    use brokkr_controller::catalog_bounds::NamespaceBounds;
+
+    let docs = documents(&read("deploy/examples/tenant-quota.yaml"));
+    assert_eq!(docs.len(), 1);
+    let quota = &docs[0];
+    assert_eq!(quota["kind"], "ResourceQuota");
+    // Every `count/<plural>.<group>` names a kind of brokkr's CRDs (a misspelt one would count
+    // nothing), and every namespaced kind a tenant creates or the controller writes is counted.
+    let served: Vec<String> = documents(&read("deploy/crds/crds.yaml"))
+        .iter()
+        .filter(|crd| crd["spec"]["scope"] == "Namespaced")
+        .map(|crd| {
+            format!(
+                "count/{}.{}",
+                crd["spec"]["names"]["plural"].as_str().unwrap(),
+                crd["spec"]["group"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let hard = quota["spec"]["hard"].as_object().unwrap();
+    let counted: Vec<&String> = hard.keys().filter(|k| k.starts_with("count/")).collect();
+    for key in &counted {
+        assert!(
+            served.contains(key),
+            "{key} is none of brokkr's namespaced kinds"
+        );
+    }
+    for kind in &served {
+        assert!(hard.contains_key(kind), "{kind} is not counted");
+    }
+    let count = |key: &str| -> usize { hard[key].as_str().unwrap().parse().unwrap() };
+    let defaults = NamespaceBounds::default();
+    // Brokers: no more than the controller serves. Classes and plans: no fewer than it writes,
+    // or the quota would refuse a catalog in part where the controller refuses it whole.
+    assert_eq!(
+        count("count/servicebrokers.services.brokkr.dev"),
+        defaults.max_brokers
+    );
+    assert!(count("count/serviceclasses.services.brokkr.dev") >= defaults.max_classes);
+    assert!(count("count/serviceplans.services.brokkr.dev") >= defaults.max_plans);
+    assert!(read("docs/install.md").contains("deploy/examples/tenant-quota.yaml"));
+    // deploy/base's controller says its bounds, and they are the defaults the quota follows.
+    let controller = documents(&read("deploy/base/controller.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let c = &controller["spec"]["template"]["spec"]["containers"][0];
+    for (var, default) in [
+        ("BROKKR_MAX_BROKERS_PER_NAMESPACE", defaults.max_brokers),
+        (
+            "BROKKR_MAX_CATALOG_CLASSES_PER_NAMESPACE",
+            defaults.max_classes,
+        ),
+        ("BROKKR_MAX_CATALOG_PLANS_PER_NAMESPACE", defaults.max_plans),
+    ] {
+        assert_eq!(env(c, var)["value"], default.to_string(), "{var}");
+    }
+}

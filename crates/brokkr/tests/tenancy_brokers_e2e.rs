@@ -10,8 +10,10 @@
 //! and a server that is not a broker look the same to the tenant, in words and in time; a
 //! 120 MiB catalog and a catalog of too many plans are refused without the controller falling
 //! over; a real broker lists its catalog into the tenant's namespace, readable by the tenant;
-//! and a hostile broker's 1,000,000-character description and 500,000-character `operation` and
-//! `dashboard_url` leave the tenant's ServiceInstances small, failed or mitigated.
+//! a hostile broker's 1,000,000-character description and 500,000-character `operation` and
+//! `dashboard_url` leave the tenant's ServiceInstances small, failed or mitigated; and brokers
+//! beyond the namespace's bounds of brokers and plans are refused while the earlier ones keep
+//! working.
 
 mod support;
 
@@ -635,4 +637,123 @@ spec:
         "",
     )
     .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A server on loopback whose catalog has one service `<id>-svc` with `plans` plans.
+async fn catalog_of(id: &str, plans: usize) -> String {
+    let plans: Vec<Value> = (0..plans)
+        .map(
+            |i| json!({"id": format!("{id}-plan-{i}"), "name": format!("p{i}"), "description": ""}),
+        )
+        .collect();
+    let catalog = json!({"services": [{"id": format!("{id}-svc"), "name": id, "description": "",
+        "bindable": true, "plans": plans}]})
+    .to_string();
+    let (url, _) = raw_server(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            catalog.len()
+        ),
+        catalog.into_bytes(),
+        1,
+    )
+    .await;
+    url
+}
+
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_tenants_brokers_beyond_its_namespaces_bounds_are_refused_and_the_earlier_keep_working() {
+    // The harness's controller has the default bounds: this one keeps 2 brokers and 3 plans
+    // of a namespace. Starting (and stopping) the harness's applies brokkr's CRDs.
+    drop(Controller::start());
+    let namespace = tenant_namespace().await;
+    let ns = namespace.as_str();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let _controller = Process(
+        Command::new(BIN)
+            .args(["controller", "--no-leader-election"])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--broker-url-allow", "127.0.0.0/8"])
+            .args(["--max-brokers-per-namespace", "2"])
+            .args(["--max-catalog-plans-per-namespace", "3"])
+            .env("KUBECONFIG", kubeconfig())
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("start brokkr controller"),
+    );
+    let (first, second, third) = (
+        catalog_of("first", 2).await,
+        catalog_of("second", 2).await,
+        catalog_of("third", 1).await,
+    );
+    tenant_broker(ns, "first", &first, "");
+    tenant_sees(ns, "first", "FetchedCatalog").await;
+    // Created one second apart, so that their order (by creation time) is the one written.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    tenant_broker(ns, "second", &second, "");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    tenant_broker(ns, "third", &third, "");
+
+    // The second fits the bound of brokers but not of plans (2 + 2 > 3): nothing of it written.
+    let (ready, _) = tenant_sees(ns, "second", "ErrorNamespaceCatalogLimit").await;
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("4 ServicePlans") && message.contains("--max-catalog-plans-per-namespace"),
+        "{ready}"
+    );
+    // The third is beyond the bound of brokers: its catalog is not even fetched.
+    let (ready, _) = tenant_sees(ns, "third", "ErrorTooManyBrokers").await;
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("first 2") && message.contains("number 3"),
+        "{ready}"
+    );
+    let plans = as_tenant(ns, &["get", "serviceplans", "-o", "name"], "").unwrap();
+    let mut plans: Vec<&str> = plans.lines().collect();
+    plans.sort_unstable();
+    assert_eq!(
+        plans,
+        [
+            "serviceplan.services.brokkr.dev/first-plan-0",
+            "serviceplan.services.brokkr.dev/first-plan-1"
+        ]
+    );
+    // The first keeps working: a relist (the tenant asks for one) still lists it.
+    as_tenant(
+        ns,
+        &[
+            "patch",
+            "servicebroker",
+            "first",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"relistRequests":1}}"#,
+        ],
+        "",
+    )
+    .unwrap();
+    eventually("the first broker relisted", async || {
+        let out = as_tenant(ns, &["get", "servicebroker", "first", "-o", "json"], "").ok()?;
+        let broker: Value = serde_json::from_str(&out).ok()?;
+        let status = &broker["status"];
+        (status["reconciledGeneration"] == broker["metadata"]["generation"]
+            && status["lastConditionState"] == "Ready")
+            .then_some(())
+    })
+    .await;
+
+    // The tenant deletes the second: the third is now second of two, and its one plan fits
+    // (2 + 1); it is listed at its next look (within 30 s).
+    as_tenant(
+        ns,
+        &["delete", "servicebroker", "second", "--wait=false"],
+        "",
+    )
+    .unwrap();
+    tenant_sees(ns, "third", "FetchedCatalog").await;
+    let plans = as_tenant(ns, &["get", "serviceplans", "-o", "name"], "").unwrap();
+    assert_eq!(plans.lines().count(), 3, "{plans}");
 }

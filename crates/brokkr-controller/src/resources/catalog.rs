@@ -104,6 +104,35 @@ fn yes() -> bool {
     true
 }
 
+impl CommonServiceClassSpec {
+    /// Drops what no reconcile reads — the description, the catalog's `metadata`, tags,
+    /// `requires` and `defaultProvisionParameters` — keeping the names, ids and flags that
+    /// instances and bindings are resolved and called with: what the watch caches keep.
+    pub fn keep_what_reconciles_read(&mut self) {
+        self.description = String::new();
+        self.external_metadata = None;
+        self.tags = Vec::new();
+        self.requires = Vec::new();
+        self.default_provision_parameters = None;
+    }
+}
+
+impl CommonServicePlanSpec {
+    /// Drops what no reconcile reads — the description, the catalog's `metadata`, the
+    /// parameter schemas and `defaultProvisionParameters`, most of a plan's size — keeping the
+    /// names, ids, `bindable`, `free`, `maximumPollingDuration` and `bindingRotatable`: what
+    /// the watch caches keep.
+    pub fn keep_what_reconciles_read(&mut self) {
+        self.description = String::new();
+        self.external_metadata = None;
+        self.instance_create_parameter_schema = None;
+        self.instance_update_parameter_schema = None;
+        self.service_binding_create_parameter_schema = None;
+        self.service_binding_create_response_schema = None;
+        self.default_provision_parameters = None;
+    }
+}
+
 /// The spec of a [`ClusterServiceClass`].
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -1,8 +1,9 @@
 //! `brokkr controller`: brokkr's Kubernetes controllers against the cluster that KUBECONFIG (or
 //! the in-cluster configuration) names, as kubectl finds it; one replica at a time reconciles,
 //! elected on a coordination.k8s.io Lease; `/healthz`, `/readyz` and Prometheus `/metrics`.
-//! What a broker may cost it (body sizes, time, catalog size) and where a namespaced
-//! ServiceBroker may point it (the URL policy) are set by flags.
+//! What a broker may cost it (body sizes, time, catalog size), what the brokers of one
+//! namespace may list together, and where a namespaced ServiceBroker may point it (the URL
+//! policy) are set by flags.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use brokkr_controller::Scope;
 use brokkr_controller::broker::BrokerPolicy;
+use brokkr_controller::catalog_bounds::NamespaceBounds;
 use brokkr_controller::lease::LeaseLock;
 use brokkr_controller::metrics::Metrics;
 use brokkr_controller::resources::ClusterServiceBroker;
@@ -88,6 +90,16 @@ pub struct ControllerArgs {
     /// --broker-max-catalog-bytes in memory).
     #[arg(long, env = "BROKKR_MAX_CONCURRENT_CATALOGS", default_value = "4", value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_catalogs: u16,
+    /// The most ServiceBrokers served in one namespace: those beyond (by creation time, then
+    /// name) are refused before their catalog is fetched.
+    #[arg(long, env = "BROKKR_MAX_BROKERS_PER_NAMESPACE", default_value_t = NamespaceBounds::DEFAULT_MAX_BROKERS)]
+    max_brokers_per_namespace: usize,
+    /// The most ServiceClasses the ServiceBrokers of one namespace may list together.
+    #[arg(long, env = "BROKKR_MAX_CATALOG_CLASSES_PER_NAMESPACE", default_value_t = NamespaceBounds::DEFAULT_MAX_CLASSES)]
+    max_catalog_classes_per_namespace: usize,
+    /// The most ServicePlans the ServiceBrokers of one namespace may list together.
+    #[arg(long, env = "BROKKR_MAX_CATALOG_PLANS_PER_NAMESPACE", default_value_t = NamespaceBounds::DEFAULT_MAX_PLANS)]
+    max_catalog_plans_per_namespace: usize,
     /// Networks (`10.0.0.0/8`), addresses or host names namespaced ServiceBrokers may use
     /// although the default policy refuses them (loopback, link-local, the controller's own
     /// addresses); comma-separated or repeated.
@@ -320,6 +332,11 @@ async fn broker_policy(args: &ControllerArgs, api_server: Option<&str>) -> Resul
         catalog_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(usize::from(
             args.max_concurrent_catalogs,
         ))),
+        namespaces: NamespaceBounds {
+            max_brokers: args.max_brokers_per_namespace,
+            max_classes: args.max_catalog_classes_per_namespace,
+            max_plans: args.max_catalog_plans_per_namespace,
+        },
         ..BrokerPolicy::default()
     })
 }
