@@ -178,6 +178,11 @@ impl HeldFailures {
     fn forget(&self, uid: &str) {
         self.0.lock().expect("lock").remove(uid);
     }
+
+    /// Whether a failure of the broker `uid` waits to be written: its listing was tried.
+    pub(crate) fn holds(&self, uid: &str) -> bool {
+        self.0.lock().expect("lock").contains_key(uid)
+    }
 }
 
 /// Why a broker or an instance could not be reconciled. Messages name Secrets, never their

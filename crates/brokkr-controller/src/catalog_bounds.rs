@@ -110,8 +110,8 @@ impl Turns {
 
 /// The turn to list `broker`'s catalog: nothing to take for a ClusterServiceBroker; for a
 /// ServiceBroker its namespace's, `None` while that is taken or while an older broker of the
-/// namespace, within the bound, has not been listed once (then look again after
-/// [`BUSY_RETRY`]).
+/// namespace, within the bound, has not been tried once (listed, or failed: its failure may
+/// still wait to be written) (then look again after [`BUSY_RETRY`]).
 pub fn turn<B: BrokerKind>(broker: &B, ctx: &Context) -> Option<Turn> {
     let Some(namespaced) = broker.as_namespaced() else {
         return Some(Turn { taken: None });
@@ -123,9 +123,12 @@ pub fn turn<B: BrokerKind>(broker: &B, ctx: &Context) -> Option<Turn> {
         .iter()
         .take(me.min(ctx.brokers.namespaces.max_brokers))
         .any(|b| {
-            !b.status
+            let said = b
+                .status
                 .as_ref()
-                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready"))
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready"));
+            let uid = b.metadata.uid.as_deref().unwrap_or_default();
+            !said && !ctx.brokers.held_failures.holds(uid)
         });
     if older_unlisted {
         return None;

@@ -324,7 +324,8 @@ async fn a_namespaced_broker_on_loopback_is_refused_by_default_before_any_connec
     )
     .await;
     let port = url.rsplit(':').next().unwrap().to_owned();
-    let cluster = Cluster::start(|_| {}).await;
+    // Eight brokers in one namespace: more than a namespace may have by default.
+    let cluster = Cluster::start(|ctx| ctx.brokers.namespaces.max_brokers = 8).await;
     let refused = "the broker's URL is not allowed: the controller's policy for namespaced \
                    brokers refuses its address (loopback, link-local, the controller's own, or \
                    denied by the platform admin)";
