@@ -439,6 +439,23 @@ impl Caches {
     }
 }
 
+/// A kind the caches and controllers can watch, keep and share between tasks.
+pub(crate) trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Strips what no controller reads from a watched object.
 fn slim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
@@ -483,13 +500,7 @@ fn reflect<K>(
     seen: impl FnMut(watcher::Event<K>) + Send + 'static,
 ) -> BoxFuture<'static, ()>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     reflect_with(api, config, writer, slim, seen)
 }
@@ -503,13 +514,7 @@ fn reflect_with<K>(
     mut seen: impl FnMut(watcher::Event<K>) + Send + 'static,
 ) -> BoxFuture<'static, ()>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     watcher(api, config)
         .default_backoff()

@@ -55,7 +55,6 @@ use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
 use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
 
 use broker::BrokerKind;
 use metrics::Metrics;
@@ -128,13 +127,7 @@ impl Context {
     /// retried with backoff, at most [`Context::concurrency`] reconciles at once.
     pub(crate) fn controller<K>(&self, api: Api<K>, config: watcher::Config) -> Controller<K>
     where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: crate::cache::Watched,
     {
         let (reader, writer) = reflector::store();
         let written = self.written.clone();
@@ -157,13 +150,7 @@ impl Context {
         changes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
     ) -> Controller<K>
     where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: crate::cache::Watched,
     {
         Controller::for_shared_stream(futures::stream::empty(), store.clone())
             .reconcile_on(changes)

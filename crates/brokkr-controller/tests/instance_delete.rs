@@ -321,22 +321,54 @@ async fn deleting_the_namespace_of_a_ready_instance_deprovisions_it() {
         "metadata": {"name": "app", "namespace": "team-a"},
         "spec": {"instanceRef": {"name": "db"}}}));
 
+    delete_namespace(&cluster, "team-a").await;
+    let deletes = broker.seen_verb("DELETE");
+    assert_eq!(deletes.len(), 1, "deprovisioned once");
+    assert!(deletes[0].path.ends_with("/v2/service_instances/db"));
+}
+
+/// The namespace `ns` with its own ServiceBroker `own` for `broker`, its plans listed, and a
+/// ServiceInstance `db` (OSB id `<ns>-db`) of it, Ready.
+async fn namespace_with_its_own_broker(cluster: &Cluster, broker: &Broker, ns: &str) {
+    cluster
+        .fake
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    cluster
+        .fake
+        .create(json!({"apiVersion": API, "kind": "ServiceBroker",
+        "metadata": {"name": "own", "namespace": ns}, "spec": {"url": broker.url}}));
+    cluster
+        .eventually("the namespace's plans listed", || {
+            cluster
+                .fake
+                .get(API, "ServicePlan", Some(ns), "plan-small")
+                .map(|_| ())
+        })
+        .await;
+    cluster
+        .fake
+        .create(json!({"apiVersion": API, "kind": "ServiceInstance",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": {"serviceClassExternalName": "db", "servicePlanExternalName": "small",
+                 "externalID": format!("{ns}-db")}}));
+    cluster.ready(ns, "db").await;
+}
+
+/// Deletes the namespace `ns` and waits for it to go.
+async fn delete_namespace(cluster: &Cluster, ns: &str) {
     Api::<k8s_openapi::api::core::v1::Namespace>::all(cluster.fake.client())
-        .delete("team-a", &DeleteParams::default())
+        .delete(ns, &DeleteParams::default())
         .await
         .unwrap();
     cluster
         .eventually("the namespace gone", || {
             cluster
                 .fake
-                .get("v1", "Namespace", None, "team-a")
+                .get("v1", "Namespace", None, ns)
                 .is_none()
                 .then_some(())
         })
         .await;
-    let deletes = broker.seen_verb("DELETE");
-    assert_eq!(deletes.len(), 1, "deprovisioned once");
-    assert!(deletes[0].path.ends_with("/v2/service_instances/db"));
 }
 
 /// A namespace deleted with its own ServiceBroker: the broker and its catalog are kept until
@@ -345,43 +377,9 @@ async fn deleting_the_namespace_of_a_ready_instance_deprovisions_it() {
 async fn a_namespace_deleted_with_its_own_broker_deprovisions_its_instance_and_goes() {
     let broker = Broker::start(synchronous).await;
     let cluster = Cluster::start(&broker).await;
-    cluster
-        .fake
-        .create(json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": "team-b"}}));
-    cluster
-        .fake
-        .create(json!({"apiVersion": API, "kind": "ServiceBroker",
-        "metadata": {"name": "own", "namespace": "team-b"}, "spec": {"url": broker.url}}));
-    cluster
-        .eventually("the namespace's plans listed", || {
-            cluster
-                .fake
-                .get(API, "ServicePlan", Some("team-b"), "plan-small")
-                .map(|_| ())
-        })
-        .await;
-    cluster
-        .fake
-        .create(json!({"apiVersion": API, "kind": "ServiceInstance",
-        "metadata": {"name": "db", "namespace": "team-b"},
-        "spec": {"serviceClassExternalName": "db", "servicePlanExternalName": "small",
-                 "externalID": "team-b-db"}}));
-    cluster.ready("team-b", "db").await;
+    namespace_with_its_own_broker(&cluster, &broker, "team-b").await;
 
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(cluster.fake.client())
-        .delete("team-b", &DeleteParams::default())
-        .await
-        .unwrap();
-    cluster
-        .eventually("the namespace gone", || {
-            cluster
-                .fake
-                .get("v1", "Namespace", None, "team-b")
-                .is_none()
-                .then_some(())
-        })
-        .await;
+    delete_namespace(&cluster, "team-b").await;
     let deletes = broker.seen_verb("DELETE");
     assert_eq!(
         deletes.len(),
@@ -402,29 +400,7 @@ async fn a_namespace_whose_broker_never_answers_ends_after_the_wait() {
         ctx.namespace_deletion_timeout = std::time::Duration::from_secs(2);
     })
     .await;
-    cluster
-        .fake
-        .create(json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": "team-c"}}));
-    cluster
-        .fake
-        .create(json!({"apiVersion": API, "kind": "ServiceBroker",
-        "metadata": {"name": "own", "namespace": "team-c"}, "spec": {"url": broker.url}}));
-    cluster
-        .eventually("the namespace's plans listed", || {
-            cluster
-                .fake
-                .get(API, "ServicePlan", Some("team-c"), "plan-small")
-                .map(|_| ())
-        })
-        .await;
-    cluster
-        .fake
-        .create(json!({"apiVersion": API, "kind": "ServiceInstance",
-        "metadata": {"name": "db", "namespace": "team-c"},
-        "spec": {"serviceClassExternalName": "db", "servicePlanExternalName": "small",
-                 "externalID": "team-c-db"}}));
-    cluster.ready("team-c", "db").await;
+    namespace_with_its_own_broker(&cluster, &broker, "team-c").await;
     cluster
         .fake
         .create(json!({"apiVersion": API, "kind": "ServiceBinding",
@@ -440,19 +416,7 @@ async fn a_namespace_whose_broker_never_answers_ends_after_the_wait() {
         .await;
 
     broker.stop();
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(cluster.fake.client())
-        .delete("team-c", &DeleteParams::default())
-        .await
-        .unwrap();
-    cluster
-        .eventually("the namespace gone", || {
-            cluster
-                .fake
-                .get("v1", "Namespace", None, "team-c")
-                .is_none()
-                .then_some(())
-        })
-        .await;
+    delete_namespace(&cluster, "team-c").await;
     let notes: Vec<String> = cluster
         .fake
         .list("events.k8s.io/v1", "Event")

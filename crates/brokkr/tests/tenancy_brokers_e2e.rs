@@ -238,21 +238,7 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     assert!(written < 40 << 20, "the broker wrote {written} bytes");
 
     // 1,001 plans.
-    let plans: Vec<Value> = (0..1001)
-        .map(|i| json!({"id": format!("plan-{i}"), "name": format!("p{i}"), "description": ""}))
-        .collect();
-    let catalog = json!({"services": [{"id": "svc", "name": "db", "description": "",
-        "bindable": true, "plans": plans}]})
-    .to_string();
-    let (crowded, _) = raw_server(
-        format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            catalog.len()
-        ),
-        catalog.into_bytes(),
-        1,
-    )
-    .await;
+    let crowded = catalog_of("crowded", 1001).await;
     tenant_broker(ns, "crowded", &crowded, "");
     let (ready, _) = tenant_sees(ns, "crowded", "ErrorCatalogTooLarge").await;
     assert!(
