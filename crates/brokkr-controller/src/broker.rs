@@ -12,14 +12,14 @@
 //! end did (whether it answered, its status code, error text or address), only [`UNUSABLE`];
 //! the controller's log has the details. Its failures are written no sooner than
 //! [`BrokerPolicy::failure_floor`] after the attempt started, so that how soon one is written
-//! does not tell a closed port from an open one either ([`HeldFailures`]).
+//! does not tell a closed port from an open one either ([`crate::held_failures`]).
 //!
 //! What the ServiceBrokers of one namespace may list together, and whose turn it is to list,
 //! is [`crate::catalog_bounds`]'s.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use brokkr_osb::catalog::Catalog;
@@ -37,6 +37,7 @@ use crate::Context;
 use crate::broker_hold;
 use crate::catalog_bounds::{self, Existing, NamespaceBounds, Turns};
 use crate::conditions;
+use crate::held_failures::{Held, HeldFailure, HeldFailures};
 use crate::names::{label_value, object_name};
 use crate::resources::{
     BrokerAuthInfo, ClusterServiceBroker, ClusterServiceClass, ClusterServiceClassSpec,
@@ -119,69 +120,6 @@ impl Default for BrokerPolicy {
             namespaces: NamespaceBounds::default(),
             turns: Arc::default(),
         }
-    }
-}
-
-/// The failures of namespaced brokers not written yet, by the broker's uid: a reconcile that
-/// fails sooner than [`BrokerPolicy::failure_floor`] after it started keeps the condition here
-/// and is requeued for the rest of the time, holding no reconcile slot; the next reconcile
-/// writes it (or, if the spec changed meanwhile, forgets it and tries again).
-#[derive(Debug, Default)]
-pub struct HeldFailures(Mutex<HashMap<String, HeldFailure>>);
-
-#[derive(Debug)]
-struct HeldFailure {
-    generation: i64,
-    due: Instant,
-    reason: &'static str,
-    message: String,
-}
-
-/// How long a held failure nobody came back for is kept.
-const HELD_AT_MOST: Duration = Duration::from_secs(300);
-
-/// What to do with a broker's held failure.
-enum Held {
-    /// Nothing held for this generation.
-    Nothing,
-    /// Written in this long.
-    Waiting(Duration),
-    /// To be written now.
-    Due(&'static str, String),
-}
-
-impl HeldFailures {
-    fn hold(&self, uid: String, failure: HeldFailure) {
-        let mut held = self.0.lock().expect("lock");
-        let now = Instant::now();
-        held.retain(|_, f| f.due + HELD_AT_MOST > now);
-        held.insert(uid, failure);
-    }
-
-    fn take(&self, uid: &str, generation: i64) -> Held {
-        let mut held = self.0.lock().expect("lock");
-        let Some(failure) = held.remove(uid) else {
-            return Held::Nothing;
-        };
-        if failure.generation != generation {
-            return Held::Nothing;
-        }
-        let left = failure.due.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            Held::Due(failure.reason, failure.message)
-        } else {
-            held.insert(uid.to_owned(), failure);
-            Held::Waiting(left)
-        }
-    }
-
-    fn forget(&self, uid: &str) {
-        self.0.lock().expect("lock").remove(uid);
-    }
-
-    /// Whether a failure of the broker `uid` waits to be written: its listing was tried.
-    pub(crate) fn holds(&self, uid: &str) -> bool {
-        self.0.lock().expect("lock").contains_key(uid)
     }
 }
 
@@ -977,34 +915,5 @@ mod tests {
         assert!(!text.contains("127.0.0.1"), "{text}");
         let config = OsbError::Config("the CA bundle holds no certificate".into());
         assert_eq!(said(&config, true), config.to_string());
-    }
-
-    #[test]
-    fn a_held_failure_waits_its_time_and_goes_with_a_new_spec() {
-        let held = HeldFailures::default();
-        let failure = |due| HeldFailure {
-            generation: 2,
-            due,
-            reason: "ErrorFetchingCatalog",
-            message: UNUSABLE.into(),
-        };
-        assert!(matches!(held.take("uid", 2), Held::Nothing));
-        held.hold(
-            "uid".into(),
-            failure(Instant::now() + Duration::from_secs(5)),
-        );
-        assert!(
-            matches!(held.take("uid", 2), Held::Waiting(left) if left > Duration::from_secs(4))
-        );
-        // Still held: a wake-up before its time finds it again.
-        assert!(matches!(held.take("uid", 2), Held::Waiting(_)));
-        // The spec changed: forgotten, and the broker is tried again.
-        assert!(matches!(held.take("uid", 3), Held::Nothing));
-        assert!(matches!(held.take("uid", 2), Held::Nothing));
-        held.hold("uid".into(), failure(Instant::now()));
-        assert!(
-            matches!(held.take("uid", 2), Held::Due(reason, message) if reason == "ErrorFetchingCatalog" && message == UNUSABLE)
-        );
-        assert!(matches!(held.take("uid", 2), Held::Nothing));
     }
 }

@@ -18,6 +18,7 @@
 //! - [`cache`]: the watch caches reconciles read instead of the API server;
 //! - [`Scope`]: which namespaces one run serves;
 //! - [`workloads`]: the workload kinds watched, so that usages and projections follow them;
+//! - [`held_failures`]: a namespaced broker's failures told no sooner than a floor;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`namespace_deletion`]: a namespace being deleted ends even when a broker never answers;
 //! - [`metrics`]: what they count.
@@ -30,6 +31,7 @@ pub mod cache;
 pub mod catalog_bounds;
 mod conditions;
 mod finalizer;
+pub mod held_failures;
 pub mod identity;
 pub mod instance;
 pub mod lease;
@@ -54,7 +56,7 @@ use std::sync::Arc;
 use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 
 use broker::BrokerKind;
 use metrics::Metrics;
