@@ -11,15 +11,17 @@
 //! 120 MiB catalog and a catalog of too many plans are refused without the controller falling
 //! over; a real broker lists its catalog into the tenant's namespace, readable by the tenant;
 //! a hostile broker's 1,000,000-character description and 500,000-character `operation` and
-//! `dashboard_url` leave the tenant's ServiceInstances small, failed or mitigated; and brokers
+//! `dashboard_url` leave the tenant's ServiceInstances small, failed or mitigated; brokers
 //! beyond the namespace's bounds of brokers and plans are refused while the earlier ones keep
-//! working.
+//! working; and 22 brokers of 1,000 plans of 8 KB in one namespace keep the controller within
+//! `deploy/`'s memory limit while another tenant's instances are Ready within 2 s.
 
 mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::cluster::*;
@@ -110,11 +112,13 @@ async fn raw_server(head: String, body: Vec<u8>, times: usize) -> (String, Arc<A
     (url, sent)
 }
 
+const SI: &str = "serviceinstances.services.brokkr.dev";
+
 /// What a namespaced broker's status says of any failure to use it.
 const UNUSABLE: &str = "the broker could not be used (the controller's log has the details)";
 /// How long after an attempt a namespaced broker's failure is written, at the soonest (the
 /// connect timeout).
-const FAILURE_FLOOR: std::time::Duration = std::time::Duration::from_secs(10);
+const FAILURE_FLOOR: Duration = Duration::from_secs(10);
 
 /// A controller with the default URL policy (the harness's allows loopback), its log in `log`.
 /// Starting (and stopping) the harness's applies brokkr's CRDs; run these tests one at a time.
@@ -401,7 +405,7 @@ async fn a_tenant_broker_at_an_address_the_api_server_advertises_is_refused() {
     // The API server now advertises another address: refused within the controller's next
     // read (every 30 s).
     let moved = AdvertisedEndpoints::set("192.0.2.4");
-    tokio::time::sleep(std::time::Duration::from_secs(32)).await;
+    tokio::time::sleep(Duration::from_secs(32)).await;
     tenant_broker(ns, "moved", "https://192.0.2.4:6443", "");
     tenant_sees(ns, "moved", "ErrorBrokerURLNotAllowed").await;
     drop(moved);
@@ -678,9 +682,9 @@ async fn a_tenants_brokers_beyond_its_namespaces_bounds_are_refused_and_the_earl
     tenant_broker(ns, "first", &first, "");
     tenant_sees(ns, "first", "FetchedCatalog").await;
     // Created one second apart, so that their order (by creation time) is the one written.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     tenant_broker(ns, "second", &second, "");
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     tenant_broker(ns, "third", &third, "");
 
     // The second fits the bound of brokers but not of plans (2 + 2 > 3): nothing of it written.
@@ -742,4 +746,161 @@ async fn a_tenants_brokers_beyond_its_namespaces_bounds_are_refused_and_the_earl
     tenant_sees(ns, "third", "FetchedCatalog").await;
     let plans = as_tenant(ns, &["get", "serviceplans", "-o", "name"], "").unwrap();
     assert_eq!(plans.lines().count(), 3, "{plans}");
+}
+
+/// A broker on loopback whose catalog is one service `<id>-svc` of `plans` plans, each with
+/// `bytes` of catalog metadata.
+async fn heavy_catalog(id: &str, plans: usize, bytes: usize) -> String {
+    let blob = "x".repeat(bytes);
+    let plans: Vec<Value> = (0..plans)
+        .map(|i| {
+            json!({"id": format!("{id}-plan-{i}"), "name": format!("p{i}"), "description": "",
+                "metadata": {"blob": blob}})
+        })
+        .collect();
+    let catalog = json!({"services": [{"id": format!("{id}-svc"), "name": id, "description": "",
+        "bindable": false, "plans": plans}]})
+    .to_string();
+    let (url, _) = raw_server(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            catalog.len()
+        ),
+        catalog.into_bytes(),
+        1,
+    )
+    .await;
+    url
+}
+
+/// A broker on loopback with one plan (`quick`/`q`) that provisions and deprovisions at once.
+async fn quick_broker() -> String {
+    use axum::Json;
+    use axum::http::StatusCode;
+    use axum::routing::{get, put};
+    let catalog = json!({"services": [{"id": "quick-svc", "name": "quick", "description": "",
+        "bindable": false, "plans": [{"id": "quick-plan", "name": "q", "description": ""}]}]});
+    let app = axum::Router::new()
+        .route("/v2/catalog", get(move || async move { Json(catalog) }))
+        .route(
+            "/v2/service_instances/{id}",
+            put(|| async { (StatusCode::CREATED, Json(json!({}))) })
+                .delete(|| async { Json(json!({})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// The memory limit `deploy/base/controller.yaml` gives the controller.
+const DEPLOY_LIMIT_MIB: u64 = 256;
+
+/// One tenant's 22 ServiceBrokers, each a catalog of 1,000 plans of 8 KB (8.2 MB, under every
+/// limit of one broker), with the controller's default bounds: the namespace keeps 2,000 plans
+/// (two brokers' worth), the three next brokers are refused by the bound of plans and the
+/// seventeen after them by the bound of brokers; the controller's peak resident memory stays
+/// within `deploy/`'s limit; and another tenant's new instances are each Ready within 2 s while
+/// it all happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_tenants_22_brokers_of_1000_plans_keep_the_controller_within_its_limit() {
+    let controller = Controller::start();
+    let namespace = tenant_namespace().await;
+    let ns = namespace.as_str();
+    let other = tenant_namespace().await;
+    let quick = quick_broker().await;
+    tenant_broker(other.as_str(), "quick", &quick, "");
+    tenant_sees(other.as_str(), "quick", "FetchedCatalog").await;
+
+    let mut urls = Vec::new();
+    for n in 0..22 {
+        urls.push(heavy_catalog(&format!("heavy-{n:02}"), 1000, 8 * 1024).await);
+    }
+    for (n, url) in urls.iter().enumerate() {
+        tenant_broker(ns, &format!("heavy-{n:02}"), url, "");
+    }
+
+    // Another tenant's instances, one every 2 s, until every heavy broker has been told.
+    let started = Instant::now();
+    let mut waits = Vec::new();
+    let reasons = loop {
+        let name = format!("other-{}", waits.len());
+        as_tenant(
+            other.as_str(),
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: {name}, namespace: {}}}
+spec: {{serviceClassExternalName: quick, servicePlanExternalName: q}}
+",
+                other.as_str()
+            ),
+        )
+        .unwrap();
+        let asked = Instant::now();
+        condition(
+            other.as_str(),
+            SI,
+            &name,
+            "Ready",
+            "ProvisionedSuccessfully",
+        )
+        .await;
+        waits.push(asked.elapsed());
+        let brokers = kubectl(&["-n", ns, "get", "servicebrokers", "-o", "json"], "");
+        let brokers: Value = serde_json::from_str(&brokers).unwrap();
+        let reasons: Vec<String> = brokers["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|b| {
+                let ready = b["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready")?;
+                Some(ready["reason"].as_str()?.to_owned())
+            })
+            .collect();
+        if reasons.len() == 22 {
+            break reasons;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "not every broker told after 600 s: {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let peak = peak_mib(controller.pid());
+    let count = |reason: &str| reasons.iter().filter(|r| *r == reason).count();
+    eprintln!(
+        "22 brokers told in {:?}; controller peak {peak} MiB; other tenant's instances Ready in {waits:?}",
+        started.elapsed()
+    );
+    assert_eq!(count("FetchedCatalog"), 2, "{reasons:?}");
+    assert_eq!(count("ErrorNamespaceCatalogLimit"), 3, "{reasons:?}");
+    assert_eq!(count("ErrorTooManyBrokers"), 17, "{reasons:?}");
+    let plans = kubectl(&["-n", ns, "get", "serviceplans", "-o", "name"], "");
+    assert_eq!(plans.lines().count(), 2000);
+    assert!(
+        peak < DEPLOY_LIMIT_MIB,
+        "the controller peaked at {peak} MiB"
+    );
+    let slowest = waits.iter().max().unwrap();
+    assert!(
+        *slowest <= Duration::from_secs(2),
+        "another tenant's instance waited {slowest:?}: {waits:?}"
+    );
+}
+
+/// The peak resident memory (`VmHWM`) of the process `pid`, in MiB.
+fn peak_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024
 }

@@ -292,7 +292,7 @@ pub fn install_crds() {
 /// take turns: a controller reconciles every namespace, so two at once would act on each
 /// other's objects. Its log is printed if the test fails.
 pub struct Controller {
-    _process: Process,
+    process: Process,
     log: tempfile::NamedTempFile,
     _turn: MutexGuard<'static, ()>,
 }
@@ -300,13 +300,18 @@ pub struct Controller {
 static TURN: Mutex<()> = Mutex::new(());
 
 impl Controller {
+    /// The controller's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.0.id()
+    }
+
     pub fn start() -> Self {
         let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         install_crds();
         let log = tempfile::NamedTempFile::new().unwrap();
         let process = controller(&kubeconfig(), log.reopen().unwrap());
         Self {
-            _process: process,
+            process,
             log,
             _turn: turn,
         }
