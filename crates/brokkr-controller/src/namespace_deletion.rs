@@ -4,15 +4,18 @@
 //! with the namespace) would keep the namespace Terminating for ever. So an instance or binding
 //! still there [`Context::namespace_deletion_timeout`] after its namespace's deletion began is
 //! released without its broker, as the `abandon` annotation would release it: the controller
-//! logs what was left at the broker, counts it, and says it in an Event about the Namespace
-//! (written in `default`, as Events about cluster-scoped objects are: the namespace itself
-//! takes no new objects).
+//! logs what was left at the broker, counts it, and says it in an Event about the Namespace,
+//! written in `kube-system`: the namespace itself takes no new objects, and `kube-system` is
+//! where the API server accepts an `events.k8s.io` Event about a cluster-scoped object.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Api;
+use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::Context;
@@ -21,6 +24,10 @@ use crate::Context;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// The reason of the Event, and of the log line.
 pub const REASON: &str = "AbandonedWithNamespace";
+/// Where the Event about a released namespace is written.
+pub const EVENTS_NAMESPACE: &str = "kube-system";
+/// The Event's reporting controller.
+const REPORTER: &str = "brokkr-controller";
 
 /// Whether `namespace` has been being deleted for longer than the controller waits for brokers.
 pub(crate) fn overdue(ctx: &Context, namespace: &str) -> bool {
@@ -45,27 +52,29 @@ pub(crate) async fn released(ctx: &Context, kind: &str, namespace: &str, name: &
     );
     tracing::warn!(namespace, kind, name, reason = REASON, "{note}");
     ctx.metrics.released_with_namespace(kind);
-    let recorder = Recorder::new(
-        ctx.client.clone(),
-        Reporter {
-            controller: "brokkr-controller".into(),
-            instance: None,
-        },
-    );
-    let regarding = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Namespace".into()),
-        name: Some(namespace.to_owned()),
-        ..ObjectReference::default()
-    };
     let event = Event {
-        type_: EventType::Warning,
-        reason: REASON.into(),
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{namespace}.")),
+            namespace: Some(EVENTS_NAMESPACE.into()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(Timestamp::now())),
+        type_: Some("Warning".into()),
+        reason: Some(REASON.into()),
+        action: Some("Release".into()),
         note: Some(crate::platform::note_of(&note)),
-        action: "Release".into(),
-        secondary: None,
+        reporting_controller: Some(REPORTER.into()),
+        reporting_instance: Some(REPORTER.into()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(namespace.to_owned()),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
     };
-    if let Err(e) = recorder.publish(&event, &regarding).await {
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), EVENTS_NAMESPACE);
+    if let Err(e) = events.create(&PostParams::default(), &event).await {
         tracing::debug!(namespace, error = %e, "event not published");
     }
 }

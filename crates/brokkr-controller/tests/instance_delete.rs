@@ -392,7 +392,7 @@ async fn a_namespace_deleted_with_its_own_broker_deprovisions_its_instance_and_g
 /// A namespace deleted after its own broker went dead (its URL points nowhere): the instance
 /// and its binding cannot be deprovisioned or unbound, and are released once the namespace's
 /// deletion has waited `namespace_deletion_timeout`; an Event about the Namespace, in
-/// `default`, says what the broker may keep. The namespace ends with no one's help.
+/// `kube-system`, says what the broker may keep. The namespace ends with no one's help.
 #[tokio::test]
 async fn a_namespace_whose_broker_never_answers_ends_after_the_wait() {
     let broker = Broker::start(synchronous).await;
@@ -400,6 +400,9 @@ async fn a_namespace_whose_broker_never_answers_ends_after_the_wait() {
         ctx.namespace_deletion_timeout = std::time::Duration::from_secs(2);
     })
     .await;
+    cluster.fake.create(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}),
+    );
     namespace_with_its_own_broker(&cluster, &broker, "team-c").await;
     cluster
         .fake
@@ -423,7 +426,7 @@ async fn a_namespace_whose_broker_never_answers_ends_after_the_wait() {
         .into_iter()
         .filter(|e| e["reason"] == "AbandonedWithNamespace")
         .inspect(|e| {
-            assert_eq!(e["metadata"]["namespace"], "default");
+            assert_eq!(e["metadata"]["namespace"], "kube-system");
             assert_eq!(e["regarding"]["kind"], "Namespace");
             assert_eq!(e["regarding"]["name"], "team-c");
         })

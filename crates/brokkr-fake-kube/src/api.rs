@@ -238,10 +238,17 @@ fn collection(state: &mut State, request: &Request<'_>, def: &KindDef, ns: &str)
             let Ok(mut object) = serde_json::from_slice::<Value>(request.body) else {
                 return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
             };
-            let name = object["metadata"]["name"]
+            let mut name = object["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
+            if name.is_empty()
+                && let Some(prefix) = object["metadata"]["generateName"].as_str()
+            {
+                // The API server adds five random characters; the next version number serves.
+                name = format!("{prefix}{:05}", state.version + 1);
+                object["metadata"]["name"] = json!(name);
+            }
             let key = (
                 def.group.clone(),
                 def.plural.clone(),

@@ -16,10 +16,11 @@
 //!   `timeoutSeconds`; bookmarks are never sent;
 //! - GET, LIST and WATCH of metadata alone, as `PartialObjectMetadata(List)`, when the `Accept`
 //!   header asks for it (`as=PartialObjectMetadata`, what kube's `metadata_watcher` sends);
-//! - POST; PUT (replace); PATCH as JSON merge patch, server-side apply (applied as a merge patch:
-//!   fields are never removed by omission, and field managers are not tracked), strategic merge
-//!   patch (also as a merge patch) and JSON patch (RFC 6902; a `test` for `null` passes on an
-//!   absent path, as on a real server); on objects and on their `/status`, which changes only
+//! - POST (a `metadata.generateName` becomes a name of its own); PUT (replace); PATCH as JSON
+//!   merge patch, server-side apply (applied as a merge patch: fields are never removed by
+//!   omission, and field managers are not tracked), strategic merge patch (also as a merge
+//!   patch) and JSON patch (RFC 6902; a `test` for `null` passes on an absent path, as on a real
+//!   server); on objects and on their `/status`, which changes only
 //!   `status` while the object's own path leaves `status` alone;
 //! - optimistic concurrency: a PUT or a patch that carries a `metadata.resourceVersion` other
 //!   than the stored one gets 409 Conflict;

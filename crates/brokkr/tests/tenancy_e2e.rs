@@ -677,7 +677,7 @@ async fn a_namespace_whose_broker_went_dead_is_deleted_without_an_admin() {
     let events = kubectl(
         &[
             "-n",
-            "default",
+            "kube-system",
             "get",
             "events",
             "--field-selector",
