@@ -54,7 +54,7 @@ pub(crate) async fn released(ctx: &Context, kind: &str, namespace: &str, name: &
     ctx.metrics.released_with_namespace(kind);
     let event = Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{namespace}.")),
+            generate_name: Some(format!("{namespace}-released-")),
             namespace: Some(EVENTS_NAMESPACE.into()),
             ..ObjectMeta::default()
         },
@@ -75,6 +75,6 @@ pub(crate) async fn released(ctx: &Context, kind: &str, namespace: &str, name: &
     };
     let events: Api<Event> = Api::namespaced(ctx.client.clone(), EVENTS_NAMESPACE);
     if let Err(e) = events.create(&PostParams::default(), &event).await {
-        tracing::debug!(namespace, error = %e, "event not published");
+        tracing::warn!(namespace, error = %e, "the Event about the namespace was not published");
     }
 }
