@@ -242,7 +242,7 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     assert!(written < 40 << 20, "the broker wrote {written} bytes");
 
     // 1,001 plans.
-    let crowded = catalog_of("crowded", 1001).await;
+    let crowded = catalog_of("crowded", 1001, 0).await;
     tenant_broker(ns, "crowded", &crowded, "");
     let (ready, _) = tenant_sees(ns, "crowded", "ErrorCatalogTooLarge").await;
     assert!(
@@ -631,28 +631,6 @@ spec:
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// A server on loopback whose catalog has one service `<id>-svc` with `plans` plans.
-async fn catalog_of(id: &str, plans: usize) -> String {
-    let plans: Vec<Value> = (0..plans)
-        .map(
-            |i| json!({"id": format!("{id}-plan-{i}"), "name": format!("p{i}"), "description": ""}),
-        )
-        .collect();
-    let catalog = json!({"services": [{"id": format!("{id}-svc"), "name": id, "description": "",
-        "bindable": true, "plans": plans}]})
-    .to_string();
-    let (url, _) = raw_server(
-        format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            catalog.len()
-        ),
-        catalog.into_bytes(),
-        1,
-    )
-    .await;
-    url
-}
-
 #[tokio::test]
 #[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
 async fn a_tenants_brokers_beyond_its_namespaces_bounds_are_refused_and_the_earlier_keep_working() {
@@ -677,9 +655,9 @@ async fn a_tenants_brokers_beyond_its_namespaces_bounds_are_refused_and_the_earl
             .expect("start brokkr controller"),
     );
     let (first, second, third) = (
-        catalog_of("first", 2).await,
-        catalog_of("second", 2).await,
-        catalog_of("third", 1).await,
+        catalog_of("first", 2, 0).await,
+        catalog_of("second", 2, 0).await,
+        catalog_of("third", 1, 0).await,
     );
     tenant_broker(ns, "first", &first, "");
     tenant_sees(ns, "first", "FetchedCatalog").await;
@@ -750,9 +728,9 @@ async fn a_tenants_brokers_beyond_its_namespaces_bounds_are_refused_and_the_earl
     assert_eq!(plans.lines().count(), 3, "{plans}");
 }
 
-/// A broker on loopback whose catalog is one service `<id>-svc` of `plans` plans, each with
+/// A server on loopback whose catalog has one service `<id>-svc` with `plans` plans, each with
 /// `bytes` of catalog metadata.
-async fn heavy_catalog(id: &str, plans: usize, bytes: usize) -> String {
+async fn catalog_of(id: &str, plans: usize, bytes: usize) -> String {
     let blob = "x".repeat(bytes);
     let plans: Vec<Value> = (0..plans)
         .map(|i| {
@@ -761,7 +739,7 @@ async fn heavy_catalog(id: &str, plans: usize, bytes: usize) -> String {
         })
         .collect();
     let catalog = json!({"services": [{"id": format!("{id}-svc"), "name": id, "description": "",
-        "bindable": false, "plans": plans}]})
+        "bindable": true, "plans": plans}]})
     .to_string();
     let (url, _) = raw_server(
         format!(
@@ -817,7 +795,7 @@ async fn a_tenants_22_brokers_of_1000_plans_keep_the_controller_within_its_limit
 
     let mut urls = Vec::new();
     for n in 0..22 {
-        urls.push(heavy_catalog(&format!("heavy-{n:02}"), 1000, 8 * 1024).await);
+        urls.push(catalog_of(&format!("heavy-{n:02}"), 1000, 8 * 1024).await);
     }
     for (n, url) in urls.iter().enumerate() {
         tenant_broker(ns, &format!("heavy-{n:02}"), url, "");
