@@ -17,7 +17,8 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
-use crate::broker::{BROKER_LABEL, Error};
+use crate::broker::BROKER_LABEL;
+use crate::error::Error;
 use crate::names::label_value;
 use crate::resources::{
     ConditionStatus, ServiceBroker, ServiceClass, ServiceInstance, ServicePlan,

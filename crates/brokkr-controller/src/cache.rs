@@ -410,10 +410,10 @@ impl Caches {
         broker: &B,
         secret: Option<(String, String)>,
         build: F,
-    ) -> Result<OsbClient, crate::broker::Error>
+    ) -> Result<OsbClient, crate::error::Error>
     where
         B: Resource<DynamicType = ()>,
-        F: AsyncFnOnce() -> Result<OsbClient, crate::broker::Error>,
+        F: AsyncFnOnce() -> Result<OsbClient, crate::error::Error>,
     {
         let key = ObjectRef::<ClusterServiceBroker>::new(&broker.name_any())
             .within(broker.namespace().as_deref().unwrap_or_default());

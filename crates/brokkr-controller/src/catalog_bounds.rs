@@ -33,7 +33,8 @@ use kube::ResourceExt as _;
 use kube::core::PartialObjectMeta;
 
 use crate::Context;
-use crate::broker::{BROKER_LABEL, BrokerKind, Error};
+use crate::broker::{BROKER_LABEL, BrokerKind};
+use crate::error::Error;
 use crate::resources::ServiceBroker;
 
 /// How soon a broker whose namespace is busy, or that waits for an older broker's first

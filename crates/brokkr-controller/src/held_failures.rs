@@ -74,7 +74,7 @@ impl HeldFailures {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::UNUSABLE;
+    use crate::error::UNUSABLE;
 
     #[test]
     fn a_held_failure_waits_its_time_and_goes_with_a_new_spec() {

@@ -4,6 +4,7 @@
 //! [`brokkr_osb::client`]. This crate never depends on brokkr's broker side.
 //!
 //! - [`resources`]: the custom resource types and their CustomResourceDefinitions;
+//! - [`error`]: the reconciles' error, and what a status may say of it;
 //! - [`broker`]: ClusterServiceBroker and ServiceBroker, their catalogs listed into classes and
 //!   plans;
 //! - [`instance`]: ServiceInstance, provisioned, updated and deprovisioned through its broker;
@@ -30,6 +31,7 @@ pub mod broker_hold;
 pub mod cache;
 pub mod catalog_bounds;
 mod conditions;
+pub mod error;
 mod finalizer;
 pub mod held_failures;
 pub mod identity;

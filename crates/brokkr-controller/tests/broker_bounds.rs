@@ -157,7 +157,7 @@ fn message(condition: &Value) -> &str {
     condition["message"].as_str().unwrap_or_default()
 }
 
-const NOT_OSB: &str = brokkr_controller::broker::UNUSABLE;
+const NOT_OSB: &str = brokkr_controller::error::UNUSABLE;
 
 #[tokio::test]
 async fn a_120_mib_catalog_is_cut_off_at_the_limit_while_the_broker_still_writes() {

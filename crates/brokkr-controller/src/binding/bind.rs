@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::rotate::Expiry;
 use super::{Reconcile, binding_id, secret};
-use crate::broker::Error;
+use crate::error::Error;
 use crate::identity;
 use crate::instance::resolve::Resolved;
 use crate::instance::{instance_id, osb_context};

@@ -13,7 +13,7 @@ use kube::runtime::events::EventType;
 
 use super::rotate::Slot;
 use super::{FINALIZER, RECHECK, Reconcile, secret};
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::{Resolved, resolve};
 use crate::instance::{ABANDON_ANNOTATION, instance_id};
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};

@@ -44,7 +44,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::resolve;
 use crate::platform::humanize;
 use crate::resources::{

@@ -9,7 +9,7 @@ use kube::runtime::controller::Action;
 
 use super::rotate::Expiry;
 use super::{RECHECK, Reconcile};
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::instance_id;
 use crate::instance::resolve::Resolved;
 use crate::platform::{backoff, elapsed_since, humanize, may_have_created};

@@ -6,7 +6,7 @@ use kube::runtime::controller::Action;
 
 use super::Reconcile;
 use super::rotate::Expiry;
-use crate::broker::Error;
+use crate::error::Error;
 use crate::identity;
 use crate::instance::instance_id;
 use crate::instance::resolve::resolve;

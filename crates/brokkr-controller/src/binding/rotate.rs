@@ -33,7 +33,7 @@ use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value};
 
 use super::{RECHECK, Reconcile, binding_id, secret};
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::{Resolved, resolve};
 use crate::instance::{instance_id, osb_context};
 use crate::platform::{backoff, elapsed_since, humanize};

@@ -13,7 +13,7 @@ use super::{
     event, instance_id, provision, reason, remove_finalizer, set, started, write_status,
 };
 use crate::Context;
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::{Resolved, broker_of};
 use crate::resources::{
     ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,

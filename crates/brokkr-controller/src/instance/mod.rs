@@ -44,7 +44,7 @@ mod update;
 use resolve::{Resolved, resolve};
 
 use crate::Context;
-use crate::broker::Error;
+use crate::error::Error;
 use crate::parameters::{self, Invalid, Parameters};
 use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,

@@ -7,7 +7,7 @@ use brokkr_osb::messages::{LastOperation, OperationState};
 use kube::runtime::controller::Action;
 
 use super::{RECHECK, delete, end_operation, instance_id, provision, set, update, write_status};
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,

@@ -14,7 +14,7 @@ use super::{
     Accepted, end_operation, event, instance_id, osb_context, properties, reason, set, started,
     write_status,
 };
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::Resolved;
 use crate::parameters::Parameters;
 use crate::resources::{

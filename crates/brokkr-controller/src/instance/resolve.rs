@@ -8,7 +8,8 @@ use kube::ResourceExt as _;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::Context;
-use crate::broker::{Error, osb_client};
+use crate::broker::osb_client;
+use crate::error::Error;
 use crate::resources::{
     CommonServiceClassSpec, CommonServicePlanSpec, ProvisionStatus, ServiceClassStatus,
     ServiceInstance,
@@ -30,12 +31,12 @@ pub(crate) struct Resolved {
 
 impl Resolved {
     /// What a status says of the failed call `e` to this broker: for a namespaced broker,
-    /// nothing of what the other end did ([`crate::broker::said`]); the log has it.
+    /// nothing of what the other end did ([`crate::error::said`]); the log has it.
     pub fn said(&self, e: &brokkr_osb::client::Error) -> String {
         if !self.cluster {
-            tracing::warn!(error = %crate::broker::detail(e), "a call to a namespaced broker failed");
+            tracing::warn!(error = %crate::error::detail(e), "a call to a namespaced broker failed");
         }
-        crate::broker::said(e, !self.cluster)
+        crate::error::said(e, !self.cluster)
     }
 
     pub fn plan_ref(&self) -> PlanRef {

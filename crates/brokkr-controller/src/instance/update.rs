@@ -13,7 +13,7 @@ use super::{
     set, started, write_status,
 };
 use crate::Context;
-use crate::broker::Error;
+use crate::error::Error;
 use crate::instance::resolve::Resolved;
 use crate::parameters::Parameters;
 use crate::resources::{
