@@ -10,10 +10,9 @@
 //! refused with a condition, nothing written). A namespaced ServiceBroker is a tenant's: its URL
 //! must pass the [`UrlPolicy`] before any connection, and its status never says what the other
 //! end did (whether it answered, its status code, error text or address), only
-//! [`crate::error::UNUSABLE`];
-//! the controller's log has the details. Its failures are written no sooner than
-//! [`BrokerPolicy::failure_floor`] after the attempt started, so that how soon one is written
-//! does not tell a closed port from an open one either ([`crate::held_failures`]).
+//! [`crate::error::UNUSABLE`]; the controller's log has the details. Its failures are written no
+//! sooner than [`BrokerPolicy::failure_floor`] after the attempt started, so that how soon one
+//! is written does not tell a closed port from an open one either ([`crate::held_failures`]).
 //!
 //! What the ServiceBrokers of one namespace may list together, and whose turn it is to list,
 //! is [`crate::catalog_bounds`]'s.

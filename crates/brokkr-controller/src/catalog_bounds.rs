@@ -16,8 +16,9 @@
 //!   nothing of the catalog written, its earlier entries kept. What is held is never displaced,
 //!   so the namespace never holds more than the bounds; among brokers that have never been
 //!   listed, older ones go first ([`turn`] holds a broker back while an older one of the bound
-//!   has no `Ready` condition yet), so which of several brokers created together fit does not
-//!   depend on which the controller happened to pick first.
+//!   has not been tried: no `Ready` condition, and no failure waiting for its floor), so which
+//!   of several brokers created together fit does not depend on which the controller happened
+//!   to pick first.
 //! - **One listing per namespace at a time.** A broker's listing takes its namespace's turn; a
 //!   broker whose namespace is busy is looked at again a second later without holding anything
 //!   (neither a reconcile slot nor one of the `--max-concurrent-catalogs` permits), so one

@@ -418,15 +418,7 @@ async fn a_closed_port_and_a_server_that_is_not_a_broker_look_the_same_to_a_tena
     // Both on loopback, which the harness's controller allows: the policy lets the
     // connections through, and what is tested is what the status tells of them.
     let body = br#"{"error":"NotFound","description":"no such path on redis"}"#;
-    let (open, answered) = raw_server(
-        format!(
-            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        ),
-        body.to_vec(),
-        1,
-    )
-    .await;
+    let (open, answered) = json_server("404 Not Found", body.to_vec()).await;
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", listener.local_addr().unwrap())
@@ -741,16 +733,17 @@ async fn catalog_of(id: &str, plans: usize, bytes: usize) -> String {
     let catalog = json!({"services": [{"id": format!("{id}-svc"), "name": id, "description": "",
         "bindable": true, "plans": plans}]})
     .to_string();
-    let (url, _) = raw_server(
-        format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            catalog.len()
-        ),
-        catalog.into_bytes(),
-        1,
-    )
-    .await;
-    url
+    json_server("200 OK", catalog.into_bytes()).await.0
+}
+
+/// A server on loopback answering every request with `status` and the JSON `body`; its URL and
+/// the count of body bytes written.
+async fn json_server(status: &str, body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    raw_server(head, body, 1).await
 }
 
 /// A broker on loopback with one plan (`quick`/`q`) that provisions and deprovisions at once.
