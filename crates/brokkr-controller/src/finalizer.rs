@@ -1,4 +1,5 @@
-//! Adding and removing a controller's finalizer on any resource, with a JSON patch whose `test`
+//! The finalizers more than one controller knows, and adding and removing a controller's
+//! finalizer on any resource, with a JSON patch whose `test`
 //! on the current list makes a concurrent change fail with a conflict instead of being lost.
 
 use std::fmt::Debug;
@@ -7,6 +8,12 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use serde_json::json;
+
+/// The finalizer that keeps a ServiceInstance until the broker has deprovisioned it.
+pub const SERVICE_INSTANCE: &str = "services.brokkr.dev/service-instance";
+/// The finalizer on a namespaced broker, its classes, plans and credentials Secret while
+/// instances of its namespace use them.
+pub const SERVICE_BROKER: &str = "services.brokkr.dev/service-broker";
 
 /// Whether `object` carries `finalizer`.
 pub fn has<K: Resource>(object: &K, finalizer: &str) -> bool {

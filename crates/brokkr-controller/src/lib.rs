@@ -27,10 +27,11 @@
 pub mod backoff;
 pub mod binding;
 pub mod broker;
-pub mod broker_hold;
+pub mod broker_kind;
+pub mod broker_policy;
 pub mod cache;
-pub mod catalog_bounds;
 mod conditions;
+pub mod context;
 pub mod error;
 mod finalizer;
 pub mod held_failures;
@@ -44,6 +45,7 @@ pub mod parameters;
 mod platform;
 pub mod projection;
 pub mod projector;
+pub mod resolve;
 pub mod resources;
 mod scope;
 mod status;
@@ -55,117 +57,15 @@ pub mod workloads;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
-use kube::{Api, Client};
+use futures::{FutureExt as _, StreamExt as _};
+use kube::Api;
+use kube::runtime::watcher;
 
-use broker::BrokerKind;
-use metrics::Metrics;
+use broker_kind::BrokerKind;
+pub use context::{Context, DEFAULT_CONCURRENCY, DEFAULT_WAIT_TIMEOUT};
 use resources::{ClusterServiceBroker, ServiceBroker};
 pub use scope::Scope;
 pub use status::Written;
-
-/// What every reconcile shares.
-pub struct Context {
-    /// The Kubernetes client.
-    pub client: Client,
-    /// Where reconciles and OSB calls are counted.
-    pub metrics: Metrics,
-    /// The cluster's id for the OSB context's `clusterid` (e.g. the `kube-system` namespace's uid).
-    pub cluster_id: Option<String>,
-    /// How long a resource waits for what it names to appear or become Ready (a binding for its
-    /// instance, an instance for its class and plan) before it fails.
-    pub wait_timeout: std::time::Duration,
-    /// How long after its namespace's deletion began an instance or binding still waiting for
-    /// its broker is released without it ([`namespace_deletion`]).
-    pub namespace_deletion_timeout: std::time::Duration,
-    /// Whether `spec.userInfo` is checked by the API server, and so may be forwarded to brokers.
-    pub user_info: user_info::Guard,
-    /// When each failing instance or binding may call its broker again.
-    pub backoffs: backoff::Backoffs,
-    /// How brokers are called and what one may cost: body and catalog limits, timeouts, and
-    /// the URL policy of namespaced brokers.
-    pub brokers: broker::BrokerPolicy,
-    /// The namespaces served.
-    pub scope: Scope,
-    /// How many objects of one kind are reconciled at once.
-    pub concurrency: u16,
-    /// Instances, bindings, the catalog, Secrets' and Namespaces' metadata, and brokers'
-    /// clients, as watched (filled by [`run`]).
-    pub caches: cache::Caches,
-    /// The workload kinds watched for the usage and servicebinding.io controllers.
-    pub workloads: workloads::Workloads,
-    /// The versions of instances and bindings this process wrote last.
-    pub written: Arc<Written>,
-    /// Instances' statuses whose write waits ([`status::HOLD_START_FOR`]).
-    pub held_instances: status::Held<resources::ServiceInstanceStatus>,
-    /// Bindings' statuses whose write waits.
-    pub held_bindings: status::Held<resources::ServiceBindingStatus>,
-}
-
-impl Context {
-    /// A context for `client` with fresh metrics, no cluster id, the default wait timeout,
-    /// the default [`broker::BrokerPolicy`], every namespace, and [`DEFAULT_CONCURRENCY`].
-    pub fn new(client: Client) -> Self {
-        Self {
-            user_info: user_info::Guard::new(client.clone()),
-            client,
-            metrics: Metrics::default(),
-            cluster_id: None,
-            wait_timeout: DEFAULT_WAIT_TIMEOUT,
-            namespace_deletion_timeout: namespace_deletion::DEFAULT_TIMEOUT,
-            backoffs: backoff::Backoffs::default(),
-            brokers: broker::BrokerPolicy::default(),
-            scope: Scope::default(),
-            concurrency: DEFAULT_CONCURRENCY,
-            caches: cache::Caches::default(),
-            workloads: workloads::Workloads::default(),
-            written: Arc::default(),
-            held_instances: status::Held::default(),
-            held_bindings: status::Held::default(),
-        }
-    }
-
-    /// A controller of `K` over `api`: its objects cached without `managedFields`, its watch
-    /// retried with backoff, at most [`Context::concurrency`] reconciles at once.
-    pub(crate) fn controller<K>(&self, api: Api<K>, config: watcher::Config) -> Controller<K>
-    where
-        K: crate::cache::Watched,
-    {
-        let (reader, writer) = reflector::store();
-        let written = self.written.clone();
-        let objects = watcher(api, config)
-            .default_backoff()
-            .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-            .reflect(writer)
-            .inspect_ok(move |event| written.watched(event))
-            .applied_objects();
-        Controller::for_stream(objects, reader)
-            .with_config(controller::Config::default().concurrency(self.concurrency))
-    }
-
-    /// A controller of the instances or bindings the caches hold, woken by `changes` (from
-    /// [`cache::Caches::instance_changes`] or [`cache::Caches::binding_changes`]); at most
-    /// [`Context::concurrency`] reconciles at once.
-    pub(crate) fn followed_controller<K>(
-        &self,
-        store: &reflector::Store<K>,
-        changes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
-    ) -> Controller<K>
-    where
-        K: crate::cache::Watched,
-    {
-        Controller::for_shared_stream(futures::stream::empty(), store.clone())
-            .reconcile_on(changes)
-            .with_config(controller::Config::default().concurrency(self.concurrency))
-    }
-}
-
-/// The default of [`Context::wait_timeout`]: one hour.
-pub const DEFAULT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60 * 60);
-/// The default of [`Context::concurrency`].
-pub const DEFAULT_CONCURRENCY: u16 = 16;
 
 /// Runs every controller until `shutdown` completes; reconciles in progress then finish.
 pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'static) {

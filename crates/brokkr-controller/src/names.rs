@@ -1,7 +1,12 @@
-//! Names the controllers make: a broker's ids as DNS subdomain names for catalog entries, and
-//! object names as label values.
+//! Names the controllers make: a broker's ids as DNS subdomain names for catalog entries,
+//! object names as label values; the label and field manager they write with.
 
 use sha2::{Digest as _, Sha256};
+
+/// The label on every class and plan that names the broker whose catalog lists it.
+pub const BROKER_LABEL: &str = "services.brokkr.dev/broker";
+/// The field manager of everything the controllers write.
+pub const FIELD_MANAGER: &str = "brokkr-controller";
 
 /// The longest label value Kubernetes accepts.
 const LABEL_VALUE_MAX: usize = 63;

@@ -8,8 +8,6 @@
 //! written in `kube-system`: the namespace itself takes no new objects, and `kube-system` is
 //! where the API server accepts an `events.k8s.io` Event about a cluster-scoped object.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -18,10 +16,8 @@ use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::Context;
+use crate::context::Context;
 
-/// The default of [`Context::namespace_deletion_timeout`].
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// The reason of the Event, and of the log line.
 pub const REASON: &str = "AbandonedWithNamespace";
 /// Where the Event about a released namespace is written.

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::Context;
+use crate::context::Context;
 use crate::status::Freshness;
 
 /// The longest pause between polls.

@@ -33,6 +33,8 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
+use crate::cache;
+use crate::context::Context;
 use crate::finalizer;
 use crate::projector::{self, Path, Projection};
 use crate::resources::LocalObjectReference;
@@ -41,7 +43,6 @@ use crate::resources::servicebinding_io::{
     ServiceBindingStatus,
 };
 use crate::workloads::WorkloadChange;
-use crate::{Context, cache};
 
 /// The finalizer under which a binding's projections are removed.
 pub const FINALIZER: &str = "servicebinding.io/finalizer";

@@ -28,8 +28,8 @@ use kube::runtime::watcher;
 use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
-use crate::Context;
 use crate::cache::{self, BindingChange, Seen};
+use crate::context::Context;
 use crate::finalizer;
 use crate::platform;
 use crate::projector::{self, Injection, Mapping};

@@ -581,7 +581,7 @@ fn version_prints_version_commit_and_build_date_as_dash_dash_version_does() {
 
 #[test]
 fn the_tenant_quota_example_counts_brokkrs_kinds_within_the_controllers_bounds() {
-    use brokkr_controller::catalog_bounds::NamespaceBounds;
+    use brokkr_controller::broker_policy::NamespaceBounds;
 
     let docs = documents(&read("deploy/examples/tenant-quota.yaml"));
     assert_eq!(docs.len(), 1);

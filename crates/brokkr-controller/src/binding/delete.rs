@@ -14,8 +14,8 @@ use kube::runtime::events::EventType;
 use super::rotate::Slot;
 use super::{FINALIZER, RECHECK, Reconcile, secret};
 use crate::error::Error;
-use crate::instance::resolve::{Resolved, resolve};
 use crate::instance::{ABANDON_ANNOTATION, instance_id};
+use crate::resolve::{Resolved, resolve};
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
 use crate::{finalizer, identity, platform};
 

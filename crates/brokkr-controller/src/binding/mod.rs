@@ -44,13 +44,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::instance::resolve::resolve;
 use crate::platform::humanize;
+use crate::resolve::resolve;
 use crate::resources::{
     ConditionStatus, ServiceBinding, ServiceBindingStatus, ServiceInstance, UnbindStatus,
 };
-use crate::{Context, conditions, finalizer, identity, platform, status};
+use crate::{conditions, finalizer, identity, platform, status};
 pub use identity::binding_id;
 pub use rotate::{DEFAULT_GRACE_PERIOD, ROTATE_ANNOTATION};
 
@@ -92,21 +93,6 @@ pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Resul
 /// What to do after a failed reconcile: try again soon.
 pub fn error_policy(_: Arc<ServiceBinding>, _: &Error, _: Arc<Context>) -> Action {
     Action::requeue(RECHECK)
-}
-
-/// The ServiceBindings of `namespace` that name `instance`.
-pub async fn bindings_of(
-    client: &kube::Client,
-    namespace: &str,
-    instance: &str,
-) -> Result<Vec<ServiceBinding>, kube::Error> {
-    let all = Api::<ServiceBinding>::namespaced(client.clone(), namespace)
-        .list(&Default::default())
-        .await?;
-    Ok(all
-        .into_iter()
-        .filter(|b| identity::bound_instance_name(b) == instance)
-        .collect())
 }
 
 /// Whether `secret` matters to `binding`: the binding controls it, or names it in

@@ -11,8 +11,8 @@ use super::rotate::Expiry;
 use super::{RECHECK, Reconcile};
 use crate::error::Error;
 use crate::instance::instance_id;
-use crate::instance::resolve::Resolved;
 use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
+use crate::resolve::Resolved;
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
 
 impl Reconcile<'_> {

@@ -9,7 +9,7 @@ use super::rotate::Expiry;
 use crate::error::Error;
 use crate::identity;
 use crate::instance::instance_id;
-use crate::instance::resolve::resolve;
+use crate::resolve::resolve;
 use crate::resources::ConditionStatus;
 
 impl Reconcile<'_> {

@@ -34,9 +34,9 @@ use serde_json::{Map, Value};
 
 use super::{RECHECK, Reconcile, binding_id, secret};
 use crate::error::Error;
-use crate::instance::resolve::{Resolved, resolve};
 use crate::instance::{instance_id, osb_context};
 use crate::platform::{backoff, elapsed_since, humanize};
+use crate::resolve::{Resolved, resolve};
 use crate::resources::{
     ConditionStatus, CurrentBinding, LocalObjectReference, RotatingBinding,
     ServiceBindingOperation, ServiceInstance,

@@ -12,9 +12,9 @@ use super::{
     ABANDON_ANNOTATION, Accepted, CASCADE_DELETE_ANNOTATION, RECHECK, annotated, end_operation,
     event, instance_id, provision, reason, remove_finalizer, set, started, write_status,
 };
-use crate::Context;
+use crate::context::Context;
 use crate::error::Error;
-use crate::instance::resolve::{Resolved, broker_of};
+use crate::resolve::{Resolved, broker_of};
 use crate::resources::{
     ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,
     ServiceInstanceOperation, ServiceInstanceStatus,
@@ -155,7 +155,7 @@ pub(super) async fn bindings_in_the_way(
         .map(|b| b.as_ref().clone())
         .collect();
     let bindings = if cached.is_empty() && !ctx.caches.terminating(&ns) {
-        crate::binding::bindings_of(&ctx.client, &ns, &name).await?
+        crate::resolve::bindings_of(&ctx.client, &ns, &name).await?
     } else {
         cached
     };

@@ -38,14 +38,12 @@ use serde_json::{Map, Value};
 mod delete;
 mod poll;
 mod provision;
-pub(crate) mod resolve;
 mod update;
 
-use resolve::{Resolved, resolve};
-
-use crate::Context;
+use crate::context::Context;
 use crate::error::Error;
 use crate::parameters::{self, Invalid, Parameters};
+use crate::resolve::{Resolved, resolve};
 use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
     ServiceInstanceStatus, UserInfo,
@@ -54,8 +52,7 @@ use crate::status::{Freshness, Taken};
 use crate::{conditions, finalizer, identity, platform};
 pub(crate) use identity::instance_id;
 
-/// The finalizer that keeps a ServiceInstance until the broker has deprovisioned it.
-pub const FINALIZER: &str = "services.brokkr.dev/service-instance";
+use crate::finalizer::SERVICE_INSTANCE as FINALIZER;
 /// `"true"` on an instance: deleting it first deletes the ServiceBindings that name it.
 pub const CASCADE_DELETE_ANNOTATION: &str = "services.brokkr.dev/cascade-delete";
 /// `"true"` on an instance being deleted: it goes without a deprovision call, and the broker

@@ -7,13 +7,14 @@ use brokkr_osb::messages::{LastOperation, OperationState};
 use kube::runtime::controller::Action;
 
 use super::{RECHECK, delete, end_operation, instance_id, provision, set, update, write_status};
+use crate::context::Context;
 use crate::error::Error;
-use crate::instance::resolve::Resolved;
+use crate::platform;
+use crate::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
-use crate::{Context, platform};
 
 /// Polls the operation in progress.
 pub(super) async fn poll(

@@ -14,15 +14,16 @@ use super::{
     Accepted, end_operation, event, instance_id, osb_context, properties, reason, set, started,
     write_status,
 };
+use crate::context::Context;
 use crate::error::Error;
-use crate::instance::resolve::Resolved;
 use crate::parameters::Parameters;
+use crate::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
 use crate::user_info::Guard;
-use crate::{Context, identity, platform};
+use crate::{identity, platform};
 
 /// How long after a successful orphan mitigation the provision is tried again.
 pub(super) const RETRY_AFTER_MITIGATION: Duration = Duration::from_secs(5);

@@ -12,10 +12,10 @@ use super::{
     Accepted, RECHECK, end_operation, event, instance_id, osb_context, plan_id, properties, reason,
     set, started, write_status,
 };
-use crate::Context;
+use crate::context::Context;
 use crate::error::Error;
-use crate::instance::resolve::Resolved;
 use crate::parameters::Parameters;
+use crate::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, ServiceInstance, ServiceInstanceOperation, ServiceInstanceStatus,
 };

@@ -1,18 +1,23 @@
-//! Which class and plan a ServiceInstance names, found among the catalog resources of its scope,
-//! and a client of the broker that offers them.
+//! What one object names, as the controllers find it: the class and plan a ServiceInstance
+//! names, found among the catalog resources of its scope; a client of the broker that offers
+//! them, built from the broker's spec, its credentials and the
+//! [`BrokerPolicy`](crate::broker_policy::BrokerPolicy); and the
+//! ServiceBindings that name an instance.
 
 use std::time::Duration;
 
-use brokkr_osb::client::{Client as OsbClient, PlanRef};
-use kube::ResourceExt as _;
+use brokkr_osb::client::{Auth, Client as OsbClient, PlanRef};
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt as _};
 
-use crate::Context;
-use crate::broker::osb_client;
+use crate::broker_kind::BrokerKind;
+use crate::context::Context;
 use crate::error::Error;
+use crate::identity;
 use crate::resources::{
-    CommonServiceClassSpec, CommonServicePlanSpec, ProvisionStatus, ServiceClassStatus,
-    ServiceInstance,
+    CommonServiceClassSpec, CommonServicePlanSpec, ProvisionStatus, ServiceBinding,
+    ServiceClassStatus, ServiceInstance,
 };
 
 /// How long to poll an operation when the plan does not say (OSB's recommendation).
@@ -274,4 +279,91 @@ pub(crate) async fn resolve(
         plan: plan.spec,
         cluster,
     }))
+}
+
+/// A client for the broker, with the credentials of its Secret, the bounds of `ctx`'s
+/// [`BrokerPolicy`](crate::broker_policy::BrokerPolicy), and, for a namespaced broker, its URL policy.
+pub(crate) async fn osb_client<B: BrokerKind>(
+    broker: &B,
+    ctx: &Context,
+) -> Result<OsbClient, Error> {
+    let secret = broker.auth_secret()?;
+    let secret_ref = secret
+        .as_ref()
+        .map(|(ns, name, _)| (ns.clone(), name.clone()));
+    ctx.caches
+        .osb_client(broker, secret_ref, async || {
+            build_osb_client(broker, ctx, secret).await
+        })
+        .await
+}
+
+/// A new client of `broker`, with the credentials of its Secret `secret`.
+async fn build_osb_client<B: BrokerKind>(
+    broker: &B,
+    ctx: &Context,
+    secret: Option<(String, String, bool)>,
+) -> Result<OsbClient, Error> {
+    let client = &ctx.client;
+    let common = broker.common();
+    let policy = &ctx.brokers;
+    let mut builder = OsbClient::builder(&common.url)
+        .insecure_skip_tls_verify(common.insecure_skip_tls_verify)
+        .timeout(policy.timeout)
+        .connect_timeout(policy.connect_timeout)
+        .body_limits(policy.body_limits);
+    if broker.namespace().is_some()
+        && let Some(filter) = policy.namespaced_urls.filter_for(&common.url)
+    {
+        builder = builder.connect_only_to(filter);
+    }
+    if let Some(bundle) = &common.ca_bundle {
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(bundle.trim())
+            .map_err(|e| Error::Credentials(format!("caBundle is not valid base64: {e}")))?;
+        builder = builder.ca_bundle(pem);
+    }
+    if let Some((ns, name, basic)) = secret {
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&name)
+            .await?
+            .ok_or_else(|| Error::Credentials(format!("the Secret {ns}/{name} does not exist")))?;
+        let key = |key: &str| {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .ok_or_else(|| {
+                    Error::Credentials(format!(
+                        "the Secret {ns}/{name} has no text under the key {key:?}"
+                    ))
+                })
+        };
+        builder = builder.auth(Some(if basic {
+            Auth::Basic {
+                username: key("username")?,
+                password: key("password")?,
+            }
+        } else {
+            Auth::Bearer(key("token")?)
+        }));
+    }
+    Ok(builder.build()?)
+}
+
+/// The ServiceBindings of `namespace` that name `instance`.
+pub async fn bindings_of(
+    client: &kube::Client,
+    namespace: &str,
+    instance: &str,
+) -> Result<Vec<ServiceBinding>, kube::Error> {
+    let all = Api::<ServiceBinding>::namespaced(client.clone(), namespace)
+        .list(&Default::default())
+        .await?;
+    Ok(all
+        .into_iter()
+        .filter(|b| identity::bound_instance_name(b) == instance)
+        .collect())
 }

@@ -2,7 +2,7 @@
 //!
 //! A namespace is a tenant, and every class and plan its brokers list is kept three times: in
 //! etcd, in the API server's watch cache and in the controller's. One broker is bounded by the
-//! catalog limits of [`crate::broker::BrokerPolicy`]; a tenant with many brokers is bounded here:
+//! catalog limits of [`crate::broker_policy::BrokerPolicy`]; a tenant with many brokers is bounded here:
 //!
 //! - **Brokers.** The brokers of a namespace that are not being deleted are ordered by
 //!   `creationTimestamp`, then name; the first [`NamespaceBounds::max_brokers`] are served, a
@@ -27,15 +27,17 @@
 //!   and plans' finalizers) takes the same turn.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt as _;
 use kube::core::PartialObjectMeta;
 
-use crate::Context;
-use crate::broker::{BROKER_LABEL, BrokerKind};
+use crate::broker_kind::BrokerKind;
+use crate::broker_policy::Turn;
+use crate::context::Context;
 use crate::error::Error;
+use crate::names::BROKER_LABEL;
 use crate::resources::ServiceBroker;
 
 /// How soon a broker whose namespace is busy, or that waits for an older broker's first
@@ -46,77 +48,13 @@ pub const BUSY_RETRY: Duration = Duration::from_secs(1);
 /// change of its spec wakes it at once): each look may fetch its catalog.
 pub const LIMIT_RETRY: Duration = Duration::from_secs(5 * 60);
 
-/// What the ServiceBrokers of one namespace may make the platform keep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NamespaceBounds {
-    /// The most ServiceBrokers served in one namespace.
-    pub max_brokers: usize,
-    /// The most ServiceClasses the brokers of one namespace may list, together.
-    pub max_classes: usize,
-    /// The most ServicePlans the brokers of one namespace may list, together.
-    pub max_plans: usize,
-}
-
-impl NamespaceBounds {
-    /// The default of [`NamespaceBounds::max_brokers`].
-    pub const DEFAULT_MAX_BROKERS: usize = 5;
-    /// The default of [`NamespaceBounds::max_classes`].
-    pub const DEFAULT_MAX_CLASSES: usize = 400;
-    /// The default of [`NamespaceBounds::max_plans`].
-    pub const DEFAULT_MAX_PLANS: usize = 2000;
-}
-
-impl Default for NamespaceBounds {
-    /// 5 brokers, 400 classes and 2,000 plans a namespace.
-    fn default() -> Self {
-        Self {
-            max_brokers: Self::DEFAULT_MAX_BROKERS,
-            max_classes: Self::DEFAULT_MAX_CLASSES,
-            max_plans: Self::DEFAULT_MAX_PLANS,
-        }
-    }
-}
-
-/// The namespaces whose turn is taken: one listing (or release) per namespace at a time.
-#[derive(Debug, Default)]
-pub struct Turns {
-    busy: Mutex<HashSet<String>>,
-}
-
-/// A namespace's turn, given back when dropped. A ClusterServiceBroker's holds nothing.
-#[derive(Debug)]
-pub struct Turn {
-    taken: Option<(Arc<Turns>, String)>,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if let Some((turns, namespace)) = self.taken.take() {
-            turns.busy.lock().expect("lock").remove(&namespace);
-        }
-    }
-}
-
-impl Turns {
-    /// Takes `namespace`'s turn, unless it is taken.
-    pub fn try_take(self: &Arc<Self>, namespace: &str) -> Option<Turn> {
-        self.busy
-            .lock()
-            .expect("lock")
-            .insert(namespace.to_owned())
-            .then(|| Turn {
-                taken: Some((self.clone(), namespace.to_owned())),
-            })
-    }
-}
-
 /// The turn to list `broker`'s catalog: nothing to take for a ClusterServiceBroker; for a
 /// ServiceBroker its namespace's, `None` while that is taken or while an older broker of the
 /// namespace, within the bound, has not been tried once (listed, or failed: its failure may
 /// still wait to be written) (then look again after [`BUSY_RETRY`]).
 pub fn turn<B: BrokerKind>(broker: &B, ctx: &Context) -> Option<Turn> {
     let Some(namespaced) = broker.as_namespaced() else {
-        return Some(Turn { taken: None });
+        return Some(Turn::nothing());
     };
     let ns = namespaced.namespace().unwrap_or_default();
     let brokers = served_order(namespaced, ctx);
@@ -336,16 +274,5 @@ mod tests {
         assert_eq!(held.owner("a1"), Some(Some("a")));
         assert_eq!(held.owner("nothing"), None);
         assert_eq!(held.of("a").collect::<Vec<_>>(), ["a1", "a2"]);
-    }
-
-    #[test]
-    fn a_namespace_has_one_turn_at_a_time() {
-        let turns = Arc::new(Turns::default());
-        let first = turns.try_take("team-a").expect("free");
-        assert!(turns.try_take("team-a").is_none());
-        let other = turns.try_take("team-b");
-        assert!(other.is_some());
-        drop(first);
-        assert!(turns.try_take("team-a").is_some());
     }
 }

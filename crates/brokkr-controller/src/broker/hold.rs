@@ -17,16 +17,16 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
-use crate::broker::BROKER_LABEL;
+use super::bounds::{self, BUSY_RETRY};
+use crate::context::Context;
 use crate::error::Error;
-use crate::names::label_value;
+use crate::names::{BROKER_LABEL, label_value};
 use crate::resources::{
     ConditionStatus, ServiceBroker, ServiceClass, ServiceInstance, ServicePlan,
 };
-use crate::{Context, conditions, finalizer};
+use crate::{conditions, finalizer};
 
-/// The finalizer on a ServiceBroker, its classes and plans, and its credentials Secret.
-pub const FINALIZER: &str = "services.brokkr.dev/service-broker";
+use crate::finalizer::SERVICE_BROKER as FINALIZER;
 /// How often a broker being deleted looks again at the instances it waits for.
 const RECHECK: Duration = Duration::from_secs(5);
 
@@ -53,8 +53,8 @@ pub async fn release(broker: &ServiceBroker, ctx: &Context) -> Result<Action, Er
     }
     // One namespace's brokers are released one at a time, as they are listed: deleting many
     // large catalogs at once takes no more of the controller than listing them.
-    let Some(_turn) = crate::catalog_bounds::release_turn(broker, ctx) else {
-        return Ok(Action::requeue(crate::catalog_bounds::BUSY_RETRY));
+    let Some(_turn) = bounds::release_turn(broker, ctx) else {
+        return Ok(Action::requeue(BUSY_RETRY));
     };
     let ns = broker.namespace().unwrap_or_default();
     let by_broker = ListParams::default().labels(&format!(
@@ -70,7 +70,7 @@ pub async fn release(broker: &ServiceBroker, ctx: &Context) -> Result<Action, Er
         .await?
         .items
         .into_iter()
-        .filter(|i| finalizer::has(i, crate::instance::FINALIZER))
+        .filter(|i| finalizer::has(i, finalizer::SERVICE_INSTANCE))
         .filter(|i| classes.iter().any(|c| uses(i, c)))
         .map(|i| i.name_any())
         .collect();
