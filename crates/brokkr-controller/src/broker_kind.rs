@@ -45,7 +45,7 @@ pub trait BrokerKind:
     /// A plan of its catalog, of the class named `class`.
     fn plan(&self, name: &str, class: &str, spec: CommonServicePlanSpec) -> Self::Plan;
     /// The broker as a ServiceBroker, when it is one: it is then kept while its namespace's
-    /// instances use it ([`crate::broker::hold`]).
+    /// instances use it (the broker controller holds it).
     fn as_namespaced(&self) -> Option<&ServiceBroker> {
         None
     }

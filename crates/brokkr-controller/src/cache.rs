@@ -22,7 +22,7 @@
 //!   keeps no object alive. The instance and binding controllers are woken from there too. A
 //!   listing is not broadcast object by object but as one "anything may have changed" at its
 //!   end, once the store holds it all ([`Seen::Missed`]).
-//! - [`Caches::start`] drives the reflectors (once, from [`crate::run`]), and
+//! - [`Caches::start`] drives the reflectors (once, when the controllers start), and
 //!   [`Caches::ready`] waits for their first complete listing: a controller that started before
 //!   would take an empty catalog for a missing one.
 //! - OSB clients are built once per broker and reused while neither the broker nor its
@@ -48,7 +48,8 @@ use crate::resources::{
     ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, ServiceBinding, ServiceBroker,
     ServiceClass, ServiceInstance, ServicePlan,
 };
-use crate::{Scope, Written};
+use crate::scope::Scope;
+use crate::status::Written;
 
 /// The caches, read by every reconcile.
 pub struct Caches {

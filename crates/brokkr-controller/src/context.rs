@@ -26,7 +26,7 @@ pub struct Context {
     /// instance, an instance for its class and plan) before it fails.
     pub wait_timeout: std::time::Duration,
     /// How long after its namespace's deletion began an instance or binding still waiting for
-    /// its broker is released without it ([`namespace_deletion`]).
+    /// its broker is released without it.
     pub namespace_deletion_timeout: std::time::Duration,
     /// Whether `spec.userInfo` is checked by the API server, and so may be forwarded to brokers.
     pub user_info: user_info::Guard,

@@ -1,5 +1,5 @@
 //! What a namespaced broker's status says fails no sooner than a floor after the attempt
-//! started ([`crate::broker_policy::BrokerPolicy::failure_floor`]): a refused connection is as slow to
+//! started (the broker policy's `failure_floor`): a refused connection is as slow to
 //! show as an answer that is not a catalog, so how soon a failure is written does not tell a
 //! tenant what listens where. A failure that came sooner is held here, by the broker's uid, and
 //! written by the reconcile that comes back for it.

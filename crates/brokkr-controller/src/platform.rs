@@ -1,6 +1,6 @@
 //! What the ServiceInstance and ServiceBinding controllers share as an OSB platform: which
 //! failures call for orphan mitigation, how long to wait between polls, how waits and timeouts
-//! are written, and publishing Kubernetes Events.
+//! are written, publishing Kubernetes Events, and the OSB `context` of calls about an instance.
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -8,11 +8,12 @@ use std::time::Duration;
 use brokkr_osb::client::Error as OsbError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt as _};
+use serde_json::{Map, Value};
 
 use crate::context::Context;
-use crate::status::Freshness;
+use crate::resources::ServiceInstance;
 
 /// The longest pause between polls.
 const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
@@ -111,47 +112,26 @@ pub(crate) fn note_of(text: &str) -> String {
     format!("{}…", &text[..end])
 }
 
-/// How soon a reconcile that found its cached object stale runs again, if the watch has not
-/// delivered the newer object by then.
-pub const STALE_RETRY: Duration = Duration::from_secs(1);
-
-/// Whether the API server holds another status for `object` than the cache it came from. A
-/// reconcile can run on a cached object from before its own last status write (another watch
-/// event woke it first); starting an operation from that view would send the broker a provision
-/// or bind it already has, which brokers that are not idempotent answer with 409 Conflict. One
-/// GET, made only before a broker call that starts an operation, and only when `written` says
-/// this process wrote the object since the version in hand (or cannot tell).
-pub async fn status_is_stale<K>(
-    api: &kube::Api<K>,
-    object: &K,
-    written: &crate::status::Written,
-) -> Result<bool, kube::Error>
-where
-    K: Resource + Clone + Debug + serde::de::DeserializeOwned + serde::Serialize,
-{
-    match written.freshness(object) {
-        Freshness::Current => return Ok(false),
-        Freshness::Stale => return Ok(true),
-        Freshness::Unknown => {}
+/// The OSB `context` of requests about `instance`: `{platform: kubernetes, namespace,
+/// instance_name, clusterid}`.
+pub fn osb_context(instance: &ServiceInstance, ctx: &Context) -> Map<String, Value> {
+    let mut context = Map::new();
+    context.insert("platform".into(), "kubernetes".into());
+    context.insert(
+        "namespace".into(),
+        instance.namespace().unwrap_or_default().into(),
+    );
+    context.insert("instance_name".into(), instance.name_any().into());
+    if let Some(id) = &ctx.cluster_id {
+        context.insert("clusterid".into(), id.clone().into());
     }
-    let name = object.meta().name.clone().unwrap_or_default();
-    let Some(fresh) = api.get_opt(&name).await? else {
-        return Ok(false);
-    };
-    let status = |o: &K| serde_json::to_value(o).ok().map(|v| v["status"].clone());
-    Ok(status(&fresh) != status(object))
+    context
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use brokkr_fake_kube::FakeCluster;
     use brokkr_osb::client::{BrokerError, StatusCode};
-    use kube::Api;
-    use kube::api::{Patch, PatchParams};
-    use serde_json::json;
-
-    use crate::resources::{self, ServiceInstance};
 
     fn broker(status: StatusCode) -> OsbError {
         OsbError::Broker(BrokerError {
@@ -213,42 +193,5 @@ mod tests {
         assert_eq!(humanize(Duration::from_secs(3600)), "1h");
         assert_eq!(humanize(Duration::from_secs(5400)), "90m");
         assert_eq!(humanize(Duration::from_secs(45)), "45s");
-    }
-
-    #[tokio::test]
-    async fn a_cached_object_from_before_a_status_write_is_stale() {
-        let fake = FakeCluster::start().await;
-        for crd in resources::crds() {
-            fake.add_crd(&crd);
-        }
-        fake.create(json!({"apiVersion": "services.brokkr.dev/v1alpha1", "kind": "ServiceInstance",
-            "metadata": {"name": "db", "namespace": "default"},
-            "spec": {"clusterServiceClassExternalName": "c", "clusterServicePlanExternalName": "p"}}));
-        let api = Api::<ServiceInstance>::namespaced(fake.client(), "default");
-        let cached = api.get("db").await.unwrap();
-        let record = crate::status::Written::default();
-        assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
-
-        let written = api
-            .patch_status(
-                "db",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"asyncOpInProgress": true}})),
-            )
-            .await
-            .unwrap();
-        // Written by someone else: the cached object looks current, and is read again only
-        // when this process wrote since.
-        assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
-        record.record(&cached, &written);
-        assert!(status_is_stale(&api, &cached, &record).await.unwrap());
-        assert!(!status_is_stale(&api, &written, &record).await.unwrap());
-        let requests = fake.requests().len();
-        assert!(!status_is_stale(&api, &written, &record).await.unwrap());
-        assert_eq!(
-            fake.requests().len(),
-            requests,
-            "no request for an object known current"
-        );
     }
 }

@@ -50,7 +50,7 @@ where
 
 /// What this process wrote of each object (by uid), and what of it the watch delivered since:
 /// what tells a cached object from before one of its own writes without asking the API server
-/// ([`crate::platform::status_is_stale`]). Only writes of this process matter: a controller
+/// ([`status_is_stale`]). Only writes of this process matter: a controller
 /// that starts lists everything after its predecessor's last write.
 ///
 /// A watch delivers an object's versions in the order they were written. So a version it
@@ -386,10 +386,44 @@ impl<S: Clone + PartialEq> Held<S> {
     }
 }
 
+/// How soon a reconcile that found its cached object stale runs again, if the watch has not
+/// delivered the newer object by then.
+pub const STALE_RETRY: Duration = Duration::from_secs(1);
+
+/// Whether the API server holds another status for `object` than the cache it came from. A
+/// reconcile can run on a cached object from before its own last status write (another watch
+/// event woke it first); starting an operation from that view would send the broker a provision
+/// or bind it already has, which brokers that are not idempotent answer with 409 Conflict. One
+/// GET, made only before a broker call that starts an operation, and only when `written` says
+/// this process wrote the object since the version in hand (or cannot tell).
+pub async fn status_is_stale<K>(
+    api: &kube::Api<K>,
+    object: &K,
+    written: &Written,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    match written.freshness(object) {
+        Freshness::Current => return Ok(false),
+        Freshness::Stale => return Ok(true),
+        Freshness::Unknown => {}
+    }
+    let name = object.meta().name.clone().unwrap_or_default();
+    let Some(fresh) = api.get_opt(&name).await? else {
+        return Ok(false);
+    };
+    let status = |o: &K| serde_json::to_value(o).ok().map(|v| v["status"].clone());
+    Ok(status(&fresh) != status(object))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use brokkr_fake_kube::FakeCluster;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    use crate::resources::{self, ServiceInstance};
 
     fn version(rv: &str, gone: bool) -> ConfigMap {
         let mut object = ConfigMap::default();
@@ -500,5 +534,42 @@ mod tests {
         // on it (a second deprovision).
         written.watched(&watcher::Event::Delete(version("3", true)));
         assert_eq!(written.freshness(&version("2", false)), Freshness::Stale);
+    }
+
+    #[tokio::test]
+    async fn a_cached_object_from_before_a_status_write_is_stale() {
+        let fake = FakeCluster::start().await;
+        for crd in resources::crds() {
+            fake.add_crd(&crd);
+        }
+        fake.create(json!({"apiVersion": "services.brokkr.dev/v1alpha1", "kind": "ServiceInstance",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"clusterServiceClassExternalName": "c", "clusterServicePlanExternalName": "p"}}));
+        let api = Api::<ServiceInstance>::namespaced(fake.client(), "default");
+        let cached = api.get("db").await.unwrap();
+        let record = Written::default();
+        assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
+
+        let written = api
+            .patch_status(
+                "db",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"asyncOpInProgress": true}})),
+            )
+            .await
+            .unwrap();
+        // Written by someone else: the cached object looks current, and is read again only
+        // when this process wrote since.
+        assert!(!status_is_stale(&api, &cached, &record).await.unwrap());
+        record.record(&cached, &written);
+        assert!(status_is_stale(&api, &cached, &record).await.unwrap());
+        assert!(!status_is_stale(&api, &written, &record).await.unwrap());
+        let requests = fake.requests().len();
+        assert!(!status_is_stale(&api, &written, &record).await.unwrap());
+        assert_eq!(
+            fake.requests().len(),
+            requests,
+            "no request for an object known current"
+        );
     }
 }

@@ -23,7 +23,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use tokio::sync::broadcast;
 
-use crate::Scope;
+use crate::scope::Scope;
 
 /// How many workload changes a slow subscriber may be behind before it is told it missed some.
 const BUFFER: usize = 4096;

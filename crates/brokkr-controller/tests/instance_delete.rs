@@ -5,8 +5,8 @@
 mod support;
 
 use axum::http::StatusCode;
-use brokkr_controller::instance::{ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION};
 use brokkr_controller::resources::ServiceInstance;
+use brokkr_controller::resources::{ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;

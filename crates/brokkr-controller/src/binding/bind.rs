@@ -19,8 +19,9 @@ use super::rotate::Expiry;
 use super::{Reconcile, binding_id, secret};
 use crate::error::Error;
 use crate::identity;
-use crate::instance::{instance_id, osb_context};
+use crate::identity::instance_id;
 use crate::platform::may_have_created;
+use crate::platform::osb_context;
 use crate::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,

@@ -14,10 +14,11 @@ use kube::runtime::events::EventType;
 use super::rotate::Slot;
 use super::{FINALIZER, RECHECK, Reconcile, secret};
 use crate::error::Error;
-use crate::instance::{ABANDON_ANNOTATION, instance_id};
+use crate::identity::instance_id;
 use crate::resolve::{Resolved, resolve};
+use crate::resources::ABANDON_ANNOTATION;
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
-use crate::{finalizer, identity, platform};
+use crate::{finalizer, identity};
 
 impl Reconcile<'_> {
     /// Deletion: the Secrets first, then unbind, then the finalizer.
@@ -126,8 +127,8 @@ impl Reconcile<'_> {
             return self.poll(&instance, &resolved).await;
         }
         self.write_status().await?;
-        if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
-            return Ok(Action::requeue(platform::STALE_RETRY));
+        if crate::status::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
+            return Ok(Action::requeue(crate::status::STALE_RETRY));
         }
         self.unbind(&instance, &resolved).await
     }

@@ -191,7 +191,7 @@ impl<'a> Reconcile<'a> {
     async fn run(mut self) -> Result<Action, Error> {
         if self.ctx.written.freshness(self.binding) == crate::status::Freshness::Stale {
             // The cache is behind this controller's own last write: its watch event comes soon.
-            return Ok(Action::requeue(platform::STALE_RETRY));
+            return Ok(Action::requeue(crate::status::STALE_RETRY));
         }
         match self.ctx.held_bindings.take(self.binding, &self.ctx.written) {
             Some(status::Taken::Unchanged(held)) => self.status = held,
@@ -218,7 +218,7 @@ impl<'a> Reconcile<'a> {
                 Some(true) => {}
                 Some(false) => return self.restore_secret().await,
                 // Written an instant ago: the cache has it soon.
-                None => return Ok(Action::requeue(platform::STALE_RETRY)),
+                None => return Ok(Action::requeue(crate::status::STALE_RETRY)),
             }
             if self.status.observed_generation != generation {
                 self.status.observed_generation = generation;
@@ -274,8 +274,8 @@ impl<'a> Reconcile<'a> {
             return self.poll(&instance, &resolved).await;
         }
         // A bind starts an operation at the broker: only from the object as it is now.
-        if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
-            return Ok(Action::requeue(platform::STALE_RETRY));
+        if crate::status::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
+            return Ok(Action::requeue(crate::status::STALE_RETRY));
         }
         if !resolved.plan.bindable.unwrap_or(resolved.class.bindable) {
             let message = format!(

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use super::rotate::Expiry;
 use super::{RECHECK, Reconcile};
 use crate::error::Error;
-use crate::instance::instance_id;
+use crate::identity::instance_id;
 use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
 use crate::resolve::Resolved;
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};

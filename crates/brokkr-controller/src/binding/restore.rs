@@ -8,7 +8,7 @@ use super::Reconcile;
 use super::rotate::Expiry;
 use crate::error::Error;
 use crate::identity;
-use crate::instance::instance_id;
+use crate::identity::instance_id;
 use crate::resolve::resolve;
 use crate::resources::ConditionStatus;
 

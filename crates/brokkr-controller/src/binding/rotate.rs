@@ -34,14 +34,15 @@ use serde_json::{Map, Value};
 
 use super::{RECHECK, Reconcile, binding_id, secret};
 use crate::error::Error;
-use crate::instance::{instance_id, osb_context};
+use crate::identity;
+use crate::identity::instance_id;
+use crate::platform::osb_context;
 use crate::platform::{backoff, elapsed_since, humanize};
 use crate::resolve::{Resolved, resolve};
 use crate::resources::{
     ConditionStatus, CurrentBinding, LocalObjectReference, RotatingBinding,
     ServiceBindingOperation, ServiceInstance,
 };
-use crate::{identity, platform};
 
 /// The annotation whose every new value asks for a rotation.
 pub const ROTATE_ANNOTATION: &str = "services.brokkr.dev/rotate";
@@ -279,8 +280,8 @@ impl Reconcile<'_> {
             return Ok(Action::requeue(wait));
         }
         // A bind starts an operation at the broker: only from the object as it is now.
-        if platform::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
-            return Ok(Action::requeue(platform::STALE_RETRY));
+        if crate::status::status_is_stale(&self.bindings, self.binding, &self.ctx.written).await? {
+            return Ok(Action::requeue(crate::status::STALE_RETRY));
         }
         let id = uuid::Uuid::new_v4().to_string();
         let secret_name = successor_secret_name(&secret::name(self.binding), &id);

@@ -33,7 +33,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt as _};
-use serde_json::{Map, Value};
 
 mod delete;
 mod poll;
@@ -42,22 +41,19 @@ mod update;
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::identity::instance_id;
 use crate::parameters::{self, Invalid, Parameters};
+use crate::platform::osb_context;
 use crate::resolve::{Resolved, resolve};
+use crate::resources::{ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION};
 use crate::resources::{
     ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
     ServiceInstanceStatus, UserInfo,
 };
 use crate::status::{Freshness, Taken};
 use crate::{conditions, finalizer, identity, platform};
-pub(crate) use identity::instance_id;
 
 use crate::finalizer::SERVICE_INSTANCE as FINALIZER;
-/// `"true"` on an instance: deleting it first deletes the ServiceBindings that name it.
-pub const CASCADE_DELETE_ANNOTATION: &str = "services.brokkr.dev/cascade-delete";
-/// `"true"` on an instance being deleted: it goes without a deprovision call, and the broker
-/// keeps whatever it provisioned.
-pub const ABANDON_ANNOTATION: &str = "services.brokkr.dev/abandon";
 /// How often to look again at something only a person can change.
 const RECHECK: Duration = Duration::from_secs(10);
 
@@ -128,7 +124,7 @@ pub(crate) fn annotated(instance: &ServiceInstance, annotation: &str) -> bool {
 async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {
     if ctx.written.freshness(instance) == Freshness::Stale {
         // The cache is behind this controller's own last write: its watch event comes soon.
-        return Ok(Action::requeue(platform::STALE_RETRY));
+        return Ok(Action::requeue(crate::status::STALE_RETRY));
     }
     let mut status = instance.status.clone().unwrap_or_default();
     match ctx.held_instances.take(instance, &ctx.written) {
@@ -216,8 +212,8 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
         // Before anything is read from the API server: waiting costs no request.
         return Ok(action);
     }
-    if platform::status_is_stale(&api, instance, &ctx.written).await? {
-        return Ok(Action::requeue(platform::STALE_RETRY));
+    if crate::status::status_is_stale(&api, instance, &ctx.written).await? {
+        return Ok(Action::requeue(crate::status::STALE_RETRY));
     }
     if deleting || status.orphan_mitigation_in_progress {
         return delete::deprovision(instance, ctx, status, &resolved).await;
@@ -400,23 +396,6 @@ async fn wait_for_catalog(
     );
     write_status(instance, ctx, &status).await?;
     Ok(Action::requeue(RECHECK))
-}
-
-/// The OSB `context` of provisions and updates.
-/// The OSB `context` of requests about `instance`: `{platform: kubernetes, namespace,
-/// instance_name, clusterid}`.
-pub(crate) fn osb_context(instance: &ServiceInstance, ctx: &Context) -> Map<String, Value> {
-    let mut context = Map::new();
-    context.insert("platform".into(), "kubernetes".into());
-    context.insert(
-        "namespace".into(),
-        instance.namespace().unwrap_or_default().into(),
-    );
-    context.insert("instance_name".into(), instance.name_any().into());
-    if let Some(id) = &ctx.cluster_id {
-        context.insert("clusterid".into(), id.clone().into());
-    }
-    context
 }
 
 /// What a provision or update sends, as status keeps it: the plan, the parameters redacted and

@@ -27,6 +27,12 @@ use kube::CustomResourceExt as _;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// `"true"` on an instance: deleting it first deletes the ServiceBindings that name it.
+pub const CASCADE_DELETE_ANNOTATION: &str = "services.brokkr.dev/cascade-delete";
+/// `"true"` on an instance being deleted: it goes without a deprovision call, and the broker
+/// keeps whatever it provisioned.
+pub const ABANDON_ANNOTATION: &str = "services.brokkr.dev/abandon";
+
 pub use binding::{
     AddKeyTransform, AddKeysFromTransform, BoundInstance, CurrentBinding, RemoveKeyTransform,
     RenameKeyTransform, RotatingBinding, SecretTransform, ServiceBinding, ServiceBindingOperation,
