@@ -1,7 +1,9 @@
 //! What every reconcile shares: the [`Context`] (client, caches, policies, metrics), and the
 //! controllers built over it, whose reconciles read the watch caches.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::TryStreamExt as _;
 use kube::runtime::reflector::{self, ObjectRef};
@@ -117,3 +119,23 @@ pub const DEFAULT_CONCURRENCY: u16 = 16;
 /// The default of [`Context::namespace_deletion_timeout`]: one hour.
 pub const DEFAULT_NAMESPACE_DELETION_TIMEOUT: std::time::Duration =
     std::time::Duration::from_secs(60 * 60);
+
+/// How long reconciles in progress may take to finish once shutdown is asked for.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `controller` until it ends, or until `GRACE` after `shutdown`: kube-runtime holds a
+/// controller's reconciles until its first list succeeds, and nothing ends that wait when the
+/// kind is not served (its CRD not installed), so a graceful shutdown alone would never end.
+pub(crate) async fn stopping_on(
+    controller: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let deadline = async {
+        shutdown.await;
+        tokio::time::sleep(GRACE).await;
+    };
+    tokio::select! {
+        () = controller => {}
+        () = deadline => tracing::info!("a controller did not stop in time; leaving it"),
+    }
+}

@@ -43,11 +43,11 @@ mod names;
 pub mod namespace_deletion;
 pub mod parameters;
 mod platform;
-pub mod projection;
 pub mod projector;
 pub mod resolve;
 pub mod resources;
 mod scope;
+pub mod servicebinding_io;
 mod status;
 pub mod url_policy;
 pub mod usage;
@@ -105,7 +105,7 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
             instances,
             bindings,
             usages,
-            projection::run(ctx, shutdown),
+            servicebinding_io::run(ctx, shutdown),
         );
     };
     tokio::select! {

@@ -52,7 +52,7 @@ const RESYNC: Duration = Duration::from_secs(5 * 60);
 
 /// Why a reconcile failed: the API server, or a workload the projector cannot edit (the same
 /// failures as a servicebinding.io projection's).
-pub use crate::projection::Error;
+pub use crate::workloads::Error;
 
 /// Reconciles one ServiceBindingUsage.
 pub async fn reconcile(
@@ -229,7 +229,7 @@ async fn following(
                 tracing::debug!(error = %e, "usage controller");
             }
         });
-    crate::projection::stopping_on(controller, shutdown).await;
+    crate::context::stopping_on(controller, shutdown).await;
 }
 
 /// Creates the shipped UsageKinds that do not exist; leaves the others as they are.
@@ -452,7 +452,7 @@ async fn edit(
     let before = serde_json::to_value(workload).expect("a JSON object");
     let mut after = before.clone();
     change(&mut after)?;
-    crate::projection::patch(api, workload, &before, &after).await
+    crate::workloads::patch(api, workload, &before, &after).await
 }
 
 /// Makes `binding` an owner of `usage`, so that deleting the binding deletes its usages.

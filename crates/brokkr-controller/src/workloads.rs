@@ -17,12 +17,15 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
+use kube::api::{Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::projector;
 use crate::scope::Scope;
 
 /// How many workload changes a slow subscriber may be behind before it is told it missed some.
@@ -125,4 +128,51 @@ impl Workloads {
     pub fn changes(&self) -> impl futures::Stream<Item = Seen> + Send + 'static {
         crate::cache::follow(&self.changes)
     }
+}
+
+/// Why editing a workload, or a reconcile that edits them, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// A workload could not be edited.
+    #[error(transparent)]
+    Projector(#[from] projector::Error),
+}
+
+impl From<projector::PathError> for Error {
+    fn from(e: projector::PathError) -> Self {
+        Error::Projector(e.into())
+    }
+}
+
+/// Sends the difference between `before` and `after`, if any, as a JSON patch that first tests
+/// the `resourceVersion` it was computed from, so that an edit made meanwhile is never lost.
+pub(crate) async fn patch(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    before: &Value,
+    after: &Value,
+) -> Result<(), Error> {
+    let diff = json_patch::diff(before, after);
+    if diff.0.is_empty() {
+        return Ok(());
+    }
+    let mut operations = serde_json::to_value(&diff).expect("a JSON patch");
+    if let Value::Array(ops) = &mut operations {
+        ops.insert(
+            0,
+            json!({"op": "test", "path": "/metadata/resourceVersion",
+                   "value": object.metadata.resource_version}),
+        );
+    }
+    let patch: json_patch::Patch = serde_json::from_value(operations).expect("a JSON patch");
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
 }

@@ -22,7 +22,7 @@ async fn start() -> FakeCluster {
         fake.add_crd(&crd);
     }
     let ctx = brokkr_controller::Context::new(fake.client());
-    tokio::spawn(brokkr_controller::projection::run(
+    tokio::spawn(brokkr_controller::servicebinding_io::run(
         Arc::new(ctx),
         futures::future::pending(),
     ));

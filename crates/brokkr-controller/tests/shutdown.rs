@@ -22,7 +22,7 @@ async fn controllers_of_kinds_not_served_still_stop() {
     let shutdown = tokio::time::sleep(Duration::from_secs(1)).boxed().shared();
     let both = futures::future::join(
         brokkr_controller::usage::run(ctx.clone(), shutdown.clone()),
-        brokkr_controller::projection::run(ctx, shutdown),
+        brokkr_controller::servicebinding_io::run(ctx, shutdown),
     );
     tokio::time::timeout(Duration::from_secs(15), both)
         .await
