@@ -8,13 +8,17 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 
-use super::{
-    ABANDON_ANNOTATION, Accepted, CASCADE_DELETE_ANNOTATION, RECHECK, annotated, end_operation,
-    event, instance_id, provision, reason, remove_finalizer, set, started, write_status,
+use super::outcome::deprovisioned;
+use super::poll::{Accepted, started};
+use super::state::{
+    RECHECK, annotated, end_operation, event, ready_says, reason, remove_finalizer, set,
+    write_status,
 };
 use crate::context::Context;
 use crate::error::Error;
+use crate::identity::instance_id;
 use crate::resolve::{Resolved, broker_of};
+use crate::resources::{ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION};
 use crate::resources::{
     ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,
     ServiceInstanceOperation, ServiceInstanceStatus,
@@ -80,7 +84,7 @@ pub(super) async fn deprovision(
             } else {
                 message
             };
-            if !super::ready_says(&status, reason, &message) {
+            if !ready_says(&status, reason, &message) {
                 event(ctx, instance, EventType::Warning, reason, &message).await;
             }
             set(
@@ -94,41 +98,6 @@ pub(super) async fn deprovision(
             Ok(Action::requeue(RECHECK))
         }
     }
-}
-
-/// The broker deprovisioned the instance: the resource goes, or (orphan mitigation) the
-/// provision is tried again.
-pub(super) async fn deprovisioned(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-) -> Result<Action, Error> {
-    if status.orphan_mitigation_in_progress && instance.metadata.deletion_timestamp.is_none() {
-        return provision::orphan_mitigated(instance, ctx, status).await;
-    }
-    end_operation(&mut status);
-    status.orphan_mitigation_in_progress = false;
-    status.provision_status = Some(ProvisionStatus::NotProvisioned);
-    status.deprovision_status = Some(DeprovisionStatus::Succeeded);
-    let message = "The instance was deprovisioned successfully";
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason::DEPROVISIONED,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    event(
-        ctx,
-        instance,
-        EventType::Normal,
-        reason::DEPROVISIONED,
-        message,
-    )
-    .await;
-    remove_finalizer(instance, ctx).await?;
-    Ok(Action::await_change())
 }
 
 /// ServiceBindings that name the instance block its deletion; with the cascade-delete annotation

@@ -24,54 +24,33 @@
 //!   parameters).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::jiff::Timestamp;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt as _};
 
 mod delete;
+mod outcome;
 mod poll;
 mod provision;
+mod state;
 mod update;
+mod wait;
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::identity::instance_id;
-use crate::parameters::{self, Invalid, Parameters};
-use crate::platform::osb_context;
-use crate::resolve::{Resolved, resolve};
-use crate::resources::{ABANDON_ANNOTATION, CASCADE_DELETE_ANNOTATION};
-use crate::resources::{
-    ConditionStatus, ProvisionStatus, ServiceInstance, ServiceInstancePropertiesState,
-    ServiceInstanceStatus, UserInfo,
-};
+use crate::identity;
+use crate::parameters::{self};
+use crate::resolve::resolve;
+use crate::resources::ABANDON_ANNOTATION;
+use crate::resources::{ConditionStatus, ProvisionStatus, ServiceInstance};
 use crate::status::{Freshness, Taken};
-use crate::{conditions, finalizer, identity, platform};
-
-use crate::finalizer::SERVICE_INSTANCE as FINALIZER;
-/// How often to look again at something only a person can change.
-const RECHECK: Duration = Duration::from_secs(10);
-
-/// Condition reasons, as the Service Catalog names them.
-pub(crate) mod reason {
-    pub const PARAMETERS: &str = "ErrorWithParameters";
-    pub const PROVISIONED: &str = "ProvisionedSuccessfully";
-    pub const UPDATED: &str = "InstanceUpdatedSuccessfully";
-    pub const UPDATE_FAILED: &str = "UpdateInstanceCallFailed";
-    pub const UPDATE_ERROR: &str = "ErrorCallingUpdateInstance";
-    pub const ORPHAN_MITIGATION: &str = "StartingInstanceOrphanMitigation";
-    pub const ORPHAN_MITIGATED: &str = "OrphanMitigationSuccessful";
-    pub const DEPROVISIONED: &str = "DeprovisionedSuccessfully";
-    pub const BLOCKED: &str = "DeprovisionBlockedByExistingBindings";
-    pub const CASCADING: &str = "DeletingServiceBindings";
-    pub const NO_BROKER: &str = "ErrorGettingBroker";
-    pub const ABANDONED: &str = "Abandoned";
-}
+use state::{
+    FINALIZER, RECHECK, add_finalizer, annotated, condition_is, reason, set, write_status,
+};
+use wait::{parameters_invalid, refuse, wait_for_catalog};
 
 /// Reconciles one ServiceInstance.
 pub async fn reconcile(instance: Arc<ServiceInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -104,21 +83,6 @@ pub fn named_by_secret(
                 .iter()
                 .any(|p| p.secret_key_ref.as_ref().is_some_and(|r| r.name == name))
     })
-}
-
-fn condition_is<'a>(status: &'a ServiceInstanceStatus, type_: &str) -> Option<&'a str> {
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == ConditionStatus::True)
-        .map(|c| c.reason.as_str())
-}
-
-pub(crate) fn annotated(instance: &ServiceInstance, annotation: &str) -> bool {
-    instance
-        .annotations()
-        .get(annotation)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {
@@ -254,331 +218,4 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     }
     write_status(instance, ctx, &status).await?;
     Ok(Action::await_change())
-}
-
-/// The parameters cannot be built: a Secret (or key) yet to come waits; anything else fails
-/// until the spec or a Secret changes. The message never holds a parameter's value.
-async fn parameters_invalid(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    invalid: &Invalid,
-) -> Result<Action, Error> {
-    let message = invalid.to_string();
-    if invalid.waits() {
-        set(
-            &mut status,
-            "Ready",
-            ConditionStatus::False,
-            reason::PARAMETERS,
-            format!("{message}; waiting for it"),
-        );
-        write_status(instance, ctx, &status).await?;
-        return Ok(Action::requeue(RECHECK));
-    }
-    if !ready_says(&status, reason::PARAMETERS, &message) {
-        event(
-            ctx,
-            instance,
-            EventType::Warning,
-            reason::PARAMETERS,
-            &message,
-        )
-        .await;
-    }
-    if status.provision_status != Some(ProvisionStatus::Provisioned) {
-        set(
-            &mut status,
-            "Failed",
-            ConditionStatus::True,
-            reason::PARAMETERS,
-            message.clone(),
-        );
-    }
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason::PARAMETERS,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    Ok(Action::await_change())
-}
-
-/// The spec names other OSB ids than those recorded, or one the OSB API cannot carry: nothing
-/// is sent to the broker until it is changed back. An instance never provisioned fails.
-async fn refuse(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    reason: &str,
-    message: String,
-) -> Result<Action, Error> {
-    if !ready_says(&status, reason, &message) {
-        event(ctx, instance, EventType::Warning, reason, &message).await;
-    }
-    status.observed_generation = instance.metadata.generation.unwrap_or_default();
-    if status.provision_status != Some(ProvisionStatus::Provisioned) && status.external_id.is_none()
-    {
-        set(
-            &mut status,
-            "Failed",
-            ConditionStatus::True,
-            reason,
-            message.clone(),
-        );
-    }
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    Ok(Action::await_change())
-}
-
-/// Whether the Ready condition already says this (so that an event is sent once).
-fn ready_says(status: &ServiceInstanceStatus, reason: &str, message: &str) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == reason && conditions::says(c, message))
-}
-
-/// The class or plan is not in a catalog: wait, up to an hour after the controller first found
-/// it missing (the `Ready=False` condition's transition time; not the creation time, so that an
-/// instance created while the controller was down still gets its hour).
-async fn wait_for_catalog(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    missing: String,
-) -> Result<Action, Error> {
-    status.observed_generation = instance.metadata.generation.unwrap_or_default();
-    let reason = "ReferencesNonexistentServicePlan";
-    let since = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::False && c.reason == reason)
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map_or_else(Timestamp::now, |t| t.0);
-    let waited = Timestamp::now().duration_since(since);
-    if waited > k8s_openapi::jiff::SignedDuration::try_from(ctx.wait_timeout).unwrap_or_default() {
-        set(
-            &mut status,
-            "Failed",
-            ConditionStatus::True,
-            reason,
-            format!(
-                "{missing}, after waiting {}",
-                platform::humanize(ctx.wait_timeout)
-            ),
-        );
-        set(
-            &mut status,
-            "Ready",
-            ConditionStatus::False,
-            reason,
-            missing,
-        );
-        write_status(instance, ctx, &status).await?;
-        return Ok(Action::await_change());
-    }
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason,
-        format!("{missing}; waiting for it to appear"),
-    );
-    write_status(instance, ctx, &status).await?;
-    Ok(Action::requeue(RECHECK))
-}
-
-/// What a provision or update sends, as status keeps it: the plan, the parameters redacted and
-/// their checksum, the originating identity forwarded with it.
-fn properties(
-    resolved: &Resolved,
-    parameters: &Parameters,
-    user: Option<&UserInfo>,
-) -> ServiceInstancePropertiesState {
-    let (name, id) = (
-        Some(resolved.plan.external_name.clone()),
-        Some(resolved.plan.external_id.clone()),
-    );
-    let plan = if resolved.cluster {
-        ServiceInstancePropertiesState {
-            cluster_service_plan_external_name: name,
-            cluster_service_plan_external_id: id,
-            ..Default::default()
-        }
-    } else {
-        ServiceInstancePropertiesState {
-            service_plan_external_name: name,
-            service_plan_external_id: id,
-            ..Default::default()
-        }
-    };
-    ServiceInstancePropertiesState {
-        parameters: parameters.redacted.clone(),
-        parameter_checksum: parameters.checksum.clone(),
-        user_info: user.cloned(),
-        ..plan
-    }
-}
-
-/// The plan id recorded in `properties`, of either scope.
-fn plan_id(properties: &ServiceInstancePropertiesState) -> Option<&str> {
-    properties
-        .cluster_service_plan_external_id
-        .as_deref()
-        .or(properties.service_plan_external_id.as_deref())
-}
-
-/// Records an operation the broker accepted asynchronously, `operation` being what to poll
-/// `last_operation` with, and sets `Ready` to `waiting` (reason, message) when given; polls after
-/// the broker's `Retry-After`, else after a second.
-/// An operation a broker accepted to run asynchronously (a 202).
-struct Accepted<'a> {
-    kind: crate::resources::ServiceInstanceOperation,
-    /// The broker's operation key.
-    operation: Option<String>,
-    retry_after: Option<std::time::Duration>,
-    /// The `Ready` condition's reason and message while it runs, if they change.
-    waiting: Option<(&'a str, &'a str)>,
-}
-
-async fn started(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    resolved: &Resolved,
-    accepted: Accepted<'_>,
-) -> Result<Action, Error> {
-    let Accepted {
-        kind,
-        operation,
-        retry_after,
-        waiting,
-    } = accepted;
-    status.async_op_in_progress = true;
-    status.current_operation = Some(kind);
-    status.last_operation = operation;
-    status.operation_start_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::now(),
-    ));
-    if let Some((reason, message)) = waiting {
-        set(
-            &mut status,
-            "Ready",
-            ConditionStatus::False,
-            reason,
-            message,
-        );
-    }
-    if retry_after.is_none() {
-        // Asked at once, the broker says how the operation is going (or that it is done), and
-        // one status write says both that it started and how far it got. Should that fail, the
-        // start alone is written.
-        match poll::poll(instance, ctx, status.clone(), resolved).await {
-            Ok(action) => return Ok(action),
-            Err(e) => tracing::debug!(error = %e, "the first poll of an operation"),
-        }
-    }
-    write_status(instance, ctx, &status).await?;
-    Ok(Action::requeue(
-        retry_after.unwrap_or(std::time::Duration::from_secs(1)),
-    ))
-}
-
-fn end_operation(status: &mut ServiceInstanceStatus) {
-    status.async_op_in_progress = false;
-    status.current_operation = None;
-    status.last_operation = None;
-    status.operation_start_time = None;
-    status.in_progress_properties = None;
-}
-
-fn set(
-    status: &mut ServiceInstanceStatus,
-    type_: &str,
-    value: ConditionStatus,
-    reason: &str,
-    message: impl Into<String>,
-) {
-    conditions::set(&mut status.conditions, type_, value, reason, message);
-    if type_ == "Ready" {
-        status.last_condition_state = if value == ConditionStatus::True {
-            "Ready".into()
-        } else {
-            reason.into()
-        };
-    }
-}
-
-/// Publishes a Kubernetes Event about `instance`; `note` must never hold parameters.
-async fn event(
-    ctx: &Context,
-    instance: &ServiceInstance,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    let action = if reason.starts_with("Deprovision") || reason == reason::ABANDONED {
-        "Deprovision"
-    } else if reason.contains("Update") {
-        "Update"
-    } else if reason.contains("Provision") || reason.contains("OrphanMitigation") {
-        "Provision"
-    } else {
-        "Reconcile"
-    };
-    platform::event(ctx, instance, type_, reason, note, action).await;
-}
-
-/// Writes the status if it changed (a write wakes the controller again); fields of an operation
-/// that ended are cleared.
-async fn write_status(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    status: &ServiceInstanceStatus,
-) -> Result<(), Error> {
-    Ok(crate::status::write(
-        &api(instance, ctx),
-        instance,
-        instance.status.as_ref(),
-        status,
-        &[
-            "lastOperation",
-            "currentOperation",
-            "operationStartTime",
-            "inProgressProperties",
-        ],
-        &ctx.written,
-    )
-    .await?)
-}
-
-fn api(instance: &ServiceInstance, ctx: &Context) -> Api<ServiceInstance> {
-    Api::namespaced(
-        ctx.client.clone(),
-        &instance.namespace().unwrap_or_default(),
-    )
-}
-
-async fn add_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
-    if let Some(written) = finalizer::add(&api(instance, ctx), instance, FINALIZER).await? {
-        ctx.written.record(instance, &written);
-    }
-    Ok(())
-}
-
-async fn remove_finalizer(instance: &ServiceInstance, ctx: &Context) -> Result<(), Error> {
-    if let Some(written) = finalizer::remove(&api(instance, ctx), instance, FINALIZER).await? {
-        ctx.written.record(instance, &written);
-    }
-    Ok(())
 }

@@ -6,9 +6,11 @@ use brokkr_osb::client::{Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState};
 use kube::runtime::controller::Action;
 
-use super::{RECHECK, delete, end_operation, instance_id, provision, set, update, write_status};
+use super::outcome::{deprovisioned, provisioned, start_orphan_mitigation, update_failed, updated};
+use super::state::{RECHECK, end_operation, reason, set, write_status};
 use crate::context::Context;
 use crate::error::Error;
+use crate::identity::instance_id;
 use crate::platform;
 use crate::resolve::Resolved;
 use crate::resources::{
@@ -98,15 +100,13 @@ pub(super) async fn poll(
         OperationState::Succeeded => match operation {
             ServiceInstanceOperation::Provision => {
                 fetch_dashboard_url(instance, ctx, &mut status, resolved).await;
-                provision::provisioned(instance, ctx, status).await
+                provisioned(instance, ctx, status).await
             }
             ServiceInstanceOperation::Update => {
                 fetch_dashboard_url(instance, ctx, &mut status, resolved).await;
-                update::updated(instance, ctx, status).await
+                updated(instance, ctx, status).await
             }
-            ServiceInstanceOperation::Deprovision => {
-                delete::deprovisioned(instance, ctx, status).await
-            }
+            ServiceInstanceOperation::Deprovision => deprovisioned(instance, ctx, status).await,
         },
         OperationState::Failed => {
             let message = format!(
@@ -161,7 +161,7 @@ async fn ended_badly(
 ) -> Result<Action, Error> {
     match operation {
         ServiceInstanceOperation::Provision if how == "CallFailed" => {
-            provision::start_orphan_mitigation(instance, ctx, status, &message, true).await
+            start_orphan_mitigation(instance, ctx, status, &message, true).await
         }
         ServiceInstanceOperation::Provision => {
             let reason = format!("Provision{how}");
@@ -184,7 +184,7 @@ async fn ended_badly(
             Ok(Action::await_change())
         }
         ServiceInstanceOperation::Update => {
-            update::failed(instance, ctx, status, super::reason::UPDATE_FAILED, message).await?;
+            update_failed(instance, ctx, status, reason::UPDATE_FAILED, message).await?;
             Ok(Action::await_change())
         }
         ServiceInstanceOperation::Deprovision => {
@@ -202,4 +202,60 @@ async fn ended_badly(
             Ok(Action::requeue(RECHECK))
         }
     }
+}
+
+/// Records an operation the broker accepted asynchronously, `operation` being what to poll
+/// `last_operation` with, and sets `Ready` to `waiting` (reason, message) when given; polls after
+/// the broker's `Retry-After`, else after a second.
+/// An operation a broker accepted to run asynchronously (a 202).
+pub(super) struct Accepted<'a> {
+    pub kind: crate::resources::ServiceInstanceOperation,
+    /// The broker's operation key.
+    pub operation: Option<String>,
+    pub retry_after: Option<std::time::Duration>,
+    /// The `Ready` condition's reason and message while it runs, if they change.
+    pub waiting: Option<(&'a str, &'a str)>,
+}
+
+pub(super) async fn started(
+    instance: &ServiceInstance,
+    ctx: &Context,
+    mut status: ServiceInstanceStatus,
+    resolved: &Resolved,
+    accepted: Accepted<'_>,
+) -> Result<Action, Error> {
+    let Accepted {
+        kind,
+        operation,
+        retry_after,
+        waiting,
+    } = accepted;
+    status.async_op_in_progress = true;
+    status.current_operation = Some(kind);
+    status.last_operation = operation;
+    status.operation_start_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    if let Some((reason, message)) = waiting {
+        set(
+            &mut status,
+            "Ready",
+            ConditionStatus::False,
+            reason,
+            message,
+        );
+    }
+    if retry_after.is_none() {
+        // Asked at once, the broker says how the operation is going (or that it is done), and
+        // one status write says both that it started and how far it got. Should that fail, the
+        // start alone is written.
+        match poll(instance, ctx, status.clone(), resolved).await {
+            Ok(action) => return Ok(action),
+            Err(e) => tracing::debug!(error = %e, "the first poll of an operation"),
+        }
+    }
+    write_status(instance, ctx, &status).await?;
+    Ok(Action::requeue(
+        retry_after.unwrap_or(std::time::Duration::from_secs(1)),
+    ))
 }

@@ -4,29 +4,26 @@ use std::time::Duration;
 
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::ProvisionRequest;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::{
-    Accepted, end_operation, event, instance_id, osb_context, properties, reason, set, started,
-    write_status,
-};
+use super::outcome::{RETRY_AFTER_MITIGATION, provisioned, start_orphan_mitigation};
+use super::poll::{Accepted, started};
+use super::state::{end_operation, event, properties, reason, set, write_status};
 use crate::context::Context;
 use crate::error::Error;
+use crate::identity::instance_id;
 use crate::parameters::Parameters;
+use crate::platform::osb_context;
 use crate::resolve::Resolved;
 use crate::resources::{
-    ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
+    ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
 use crate::user_info::Guard;
 use crate::{identity, platform};
-
-/// How long after a successful orphan mitigation the provision is tried again.
-pub(super) const RETRY_AFTER_MITIGATION: Duration = Duration::from_secs(5);
 
 pub(super) async fn provision(
     instance: &ServiceInstance,
@@ -155,37 +152,6 @@ pub(super) async fn provision(
     }
 }
 
-pub(super) async fn provisioned(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-) -> Result<Action, Error> {
-    ctx.backoffs.forget(&instance.uid().unwrap_or_default());
-    status.provision_status = Some(ProvisionStatus::Provisioned);
-    status.deprovision_status = Some(DeprovisionStatus::Required);
-    status.external_properties = status.in_progress_properties.take();
-    status.reconciled_generation = status.observed_generation;
-    end_operation(&mut status);
-    let message = "The instance was provisioned successfully";
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::True,
-        reason::PROVISIONED,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    event(
-        ctx,
-        instance,
-        EventType::Normal,
-        reason::PROVISIONED,
-        message,
-    )
-    .await;
-    Ok(Action::await_change())
-}
-
 /// A provision the broker refused or could not answer. 400, 409 and 422 are terminal; a failure
 /// that may have left an instance behind starts orphan mitigation; anything else is tried again.
 async fn failed(
@@ -227,98 +193,5 @@ async fn failed(
         Action::await_change()
     } else {
         Action::requeue(ctx.backoffs.failed(&instance.uid().unwrap_or_default()))
-    })
-}
-
-/// Deprovision calls follow until one succeeds ([`super::delete::deprovision`]); then the
-/// provision is tried again, unless `terminal` (the `Failed` condition says why).
-pub(super) async fn start_orphan_mitigation(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    cause: &str,
-    terminal: bool,
-) -> Result<Action, Error> {
-    ctx.backoffs.failed(&instance.uid().unwrap_or_default());
-    end_operation(&mut status);
-    status.orphan_mitigation_in_progress = true;
-    status.deprovision_status = Some(DeprovisionStatus::Required);
-    status.operation_start_time = Some(Time(Timestamp::now()));
-    if terminal {
-        set(
-            &mut status,
-            "Failed",
-            ConditionStatus::True,
-            "ProvisionCallFailed",
-            cause,
-        );
-    }
-    let message = format!(
-        "The instance provision call failed with an ambiguous error ({cause}); attempting to \
-         deprovision the instance in order to mitigate an orphaned resource"
-    );
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason::ORPHAN_MITIGATION,
-        message.clone(),
-    );
-    write_status(instance, ctx, &status).await?;
-    event(
-        ctx,
-        instance,
-        EventType::Warning,
-        reason::ORPHAN_MITIGATION,
-        &message,
-    )
-    .await;
-    Ok(Action::requeue(Duration::from_millis(100)))
-}
-
-/// The deprovision of an orphan mitigation succeeded.
-pub(super) async fn orphan_mitigated(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-) -> Result<Action, Error> {
-    let start = status.operation_start_time.clone();
-    end_operation(&mut status);
-    status.orphan_mitigation_in_progress = false;
-    status.provision_status = Some(ProvisionStatus::NotProvisioned);
-    status.deprovision_status = Some(DeprovisionStatus::NotRequired);
-    let terminal = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Failed" && c.status == ConditionStatus::True);
-    let message = if terminal {
-        "Orphan mitigation was completed successfully; the provision failed".to_owned()
-    } else {
-        status.operation_start_time = start.or_else(|| Some(Time(Timestamp::now())));
-        format!(
-            "Orphan mitigation was completed successfully; the provision is tried again in {}s",
-            RETRY_AFTER_MITIGATION.as_secs()
-        )
-    };
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason::ORPHAN_MITIGATED,
-        message.clone(),
-    );
-    write_status(instance, ctx, &status).await?;
-    event(
-        ctx,
-        instance,
-        EventType::Normal,
-        reason::ORPHAN_MITIGATED,
-        &message,
-    )
-    .await;
-    Ok(if terminal {
-        Action::await_change()
-    } else {
-        Action::requeue(RETRY_AFTER_MITIGATION)
     })
 }

@@ -5,20 +5,18 @@
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::UpdateRequest;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 
-use super::{
-    Accepted, RECHECK, end_operation, event, instance_id, osb_context, plan_id, properties, reason,
-    set, started, write_status,
-};
+use super::outcome::{update_failed, updated};
+use super::poll::{Accepted, started};
+use super::state::{RECHECK, plan_id, properties, reason};
 use crate::context::Context;
 use crate::error::Error;
+use crate::identity::instance_id;
 use crate::parameters::Parameters;
+use crate::platform::osb_context;
 use crate::resolve::Resolved;
-use crate::resources::{
-    ConditionStatus, ServiceInstance, ServiceInstanceOperation, ServiceInstanceStatus,
-};
+use crate::resources::{ServiceInstance, ServiceInstanceOperation, ServiceInstanceStatus};
 use crate::user_info::Guard;
 
 /// What an update changes.
@@ -122,28 +120,6 @@ pub(super) async fn update(
     }
 }
 
-/// The broker accepted the update: it is what the broker has now.
-pub(super) async fn updated(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-) -> Result<Action, Error> {
-    status.external_properties = status.in_progress_properties.take();
-    status.reconciled_generation = status.observed_generation;
-    end_operation(&mut status);
-    let message = "The instance was updated successfully";
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::True,
-        reason::UPDATED,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    event(ctx, instance, EventType::Normal, reason::UPDATED, message).await;
-    Ok(Action::await_change())
-}
-
 /// The update call failed. A broker's refusal stands until the spec (or a parameters Secret)
 /// changes; a broker that cannot be reached or answers 5xx/429 is tried again.
 async fn call_failed(
@@ -159,7 +135,7 @@ async fn call_failed(
     } else {
         reason::UPDATE_FAILED
     };
-    failed(
+    update_failed(
         instance,
         ctx,
         status,
@@ -172,26 +148,4 @@ async fn call_failed(
     } else {
         Action::await_change()
     })
-}
-
-/// Ends an update as failed: the instance keeps its plan and parameters and stays usable.
-pub(super) async fn failed(
-    instance: &ServiceInstance,
-    ctx: &Context,
-    mut status: ServiceInstanceStatus,
-    reason: &str,
-    message: String,
-) -> Result<(), Error> {
-    end_operation(&mut status);
-    let message = format!("{message}; the instance keeps its previous plan and parameters");
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason,
-        message.clone(),
-    );
-    write_status(instance, ctx, &status).await?;
-    event(ctx, instance, EventType::Warning, reason, &message).await;
-    Ok(())
 }
