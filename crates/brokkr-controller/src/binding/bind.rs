@@ -15,10 +15,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 
-use super::rotate::Expiry;
-use super::{Reconcile, binding_id, secret};
+use super::secret;
+use super::state::{Expiry, Reconcile};
 use crate::error::Error;
 use crate::identity;
+use crate::identity::binding_id;
 use crate::identity::instance_id;
 use crate::platform::may_have_created;
 use crate::platform::osb_context;

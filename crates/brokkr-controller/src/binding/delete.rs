@@ -11,8 +11,8 @@ use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::rotate::Slot;
-use super::{FINALIZER, RECHECK, Reconcile, secret};
+use super::secret;
+use super::state::{FINALIZER, RECHECK, Reconcile, Slot};
 use crate::error::Error;
 use crate::identity::instance_id;
 use crate::resolve::{Resolved, resolve};

@@ -25,60 +25,36 @@
 //! A binding is immutable at the broker: spec changes after the bind are not sent (the
 //! condition says so) until it rotates (`rotate.rs`): new credentials in a new Secret, asked
 //! for with the annotation `services.brokkr.dev/rotate` or when the broker's `renew_before` is
-//! reached.
+//! reached; the predecessor is unbound once its grace period ends (`retire.rs`).
+//!
+//! Every phase is a method of one [`Reconcile`](state::Reconcile) (`state.rs`: the binding, the
+//! status being built, how it waits, fails and writes); a binding waiting for its instance is
+//! `wait.rs`'s. `run` below reads the binding and hands it to the phase it is in.
 
 mod bind;
 mod delete;
 mod poll;
 mod restore;
+mod retire;
 mod rotate;
 pub mod secret;
+mod state;
+mod wait;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt as _;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt as _};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::platform::humanize;
 use crate::resolve::resolve;
-use crate::resources::{
-    ConditionStatus, ServiceBinding, ServiceBindingStatus, ServiceInstance, UnbindStatus,
-};
-use crate::{conditions, finalizer, identity, platform, status};
-pub use identity::binding_id;
+use crate::resources::{ConditionStatus, ServiceBinding, UnbindStatus};
+use crate::{finalizer, identity, status};
 pub use rotate::{DEFAULT_GRACE_PERIOD, ROTATE_ANNOTATION};
-
-/// The finalizer that keeps a ServiceBinding until the broker has unbound it.
-pub const FINALIZER: &str = "services.brokkr.dev/service-binding";
-/// How often to look again at something only a person or another controller can change.
-const RECHECK: Duration = Duration::from_secs(10);
-/// Status fields that may be absent: sent as `null` so that the merge patch removes them (those
-/// of an operation that ended, and `binding` before there is a Secret).
-const CLEARED_FIELDS: &[&str] = &[
-    "lastOperation",
-    "currentOperation",
-    "operationStartTime",
-    "inProgressProperties",
-    "binding",
-    "successorBinding",
-    "previousBinding",
-    "nextRotationTime",
-    "expiresAt",
-    "rotateRequest",
-];
-
-/// How long a new binding waits for its instance before its status says so.
-const QUIET_WAIT: Duration = Duration::from_secs(30);
-/// How long after a binding became Ready its Secret may be missing from the cache without
-/// being read from the API server.
-const JUST_WRITTEN: Duration = Duration::from_secs(10);
+use state::{FINALIZER, RECHECK, Reconcile};
 
 /// Reconciles one ServiceBinding.
 pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -114,80 +90,7 @@ pub fn uses_secret(binding: &ServiceBinding, secret: &PartialObjectMeta<Secret>)
             .any(|s| s == name)
 }
 
-/// One reconcile of one binding: the resource, the status being built, and the APIs it uses.
-struct Reconcile<'a> {
-    binding: &'a ServiceBinding,
-    ctx: &'a Context,
-    status: ServiceBindingStatus,
-    bindings: Api<ServiceBinding>,
-    secrets: Api<Secret>,
-    namespace: String,
-}
-
 impl<'a> Reconcile<'a> {
-    /// The binding's parameters: `spec.parameters` merged with its `parametersFrom` Secrets.
-    async fn parameters(
-        &self,
-    ) -> Result<Result<crate::parameters::Parameters, crate::parameters::Invalid>, kube::Error>
-    {
-        crate::parameters::build(
-            &self.ctx.client,
-            &self.namespace,
-            self.binding.spec.parameters.as_ref(),
-            &self.binding.spec.parameters_from,
-        )
-        .await
-    }
-
-    /// The ServiceInstance `name` of the binding's namespace: from the instances' cache, else
-    /// (not seen there yet) from the API server.
-    async fn instance_named(&self, name: &str) -> Result<Option<ServiceInstance>, kube::Error> {
-        let cached = self
-            .ctx
-            .caches
-            .instances
-            .get(&kube::runtime::reflector::ObjectRef::new(name).within(&self.namespace));
-        if let Some(instance) = cached {
-            return Ok(Some(instance.as_ref().clone()));
-        }
-        Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace)
-            .get_opt(name)
-            .await
-    }
-
-    /// Whether the binding's Secret exists: as the Secrets' cache says, or, when the cache
-    /// has not seen it, as the API server says; `None` when this controller wrote it seconds
-    /// ago (the binding became Ready since) and the cache is only behind.
-    async fn secret_exists(&self) -> Result<Option<bool>, kube::Error> {
-        let name = self.current_secret();
-        if self.ctx.caches.secret(&self.namespace, &name).is_some() {
-            return Ok(Some(true));
-        }
-        let ready_since = self
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
-            .and_then(|c| c.last_transition_time.as_ref())
-            .map(|t| platform::elapsed_since(Some(t)));
-        if ready_since.is_some_and(|d| d < JUST_WRITTEN) {
-            return Ok(None);
-        }
-        Ok(Some(self.secrets.get_metadata_opt(&name).await?.is_some()))
-    }
-
-    fn new(binding: &'a ServiceBinding, ctx: &'a Context) -> Self {
-        let namespace = binding.namespace().unwrap_or_default();
-        Self {
-            binding,
-            ctx,
-            status: binding.status.clone().unwrap_or_default(),
-            bindings: Api::namespaced(ctx.client.clone(), &namespace),
-            secrets: Api::namespaced(ctx.client.clone(), &namespace),
-            namespace,
-        }
-    }
-
     async fn run(mut self) -> Result<Action, Error> {
         if self.ctx.written.freshness(self.binding) == crate::status::Freshness::Stale {
             // The cache is behind this controller's own last write: its watch event comes soon.
@@ -288,163 +191,5 @@ impl<'a> Reconcile<'a> {
             self.ctx.written.record(self.binding, &written);
         }
         self.bind(&instance, &resolved).await
-    }
-
-    /// The instance, once it exists and is Ready; else the binding waits (and `None`).
-    async fn ready_instance(&mut self) -> Result<Option<ServiceInstance>, Error> {
-        let name = &self.binding.spec.instance_ref.name;
-        let (reason, message) = match self.instance_named(name).await? {
-            None => (
-                "ReferencesNonexistentInstance",
-                format!("the ServiceInstance {name:?} does not exist; waiting for it"),
-            ),
-            Some(i) if i.metadata.deletion_timestamp.is_some() => (
-                "ReferencesDeletedInstance",
-                format!("the ServiceInstance {name:?} is being deleted"),
-            ),
-            Some(i) => {
-                let ready = i.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
-                });
-                if ready {
-                    return Ok(Some(i));
-                }
-                if self.quietly_waits_for(&i) {
-                    return Ok(None);
-                }
-                (
-                    "ErrorInstanceNotReady",
-                    format!("the ServiceInstance {name:?} is not Ready yet; waiting for it"),
-                )
-            }
-        };
-        self.wait(reason, message).await?;
-        Ok(None)
-    }
-
-    /// Whether the binding waits for its instance without saying so yet: it is new (no Ready
-    /// condition, created less than [`QUIET_WAIT`] ago) and the instance is on its way (not
-    /// failed). Bindings created with their instances then cost no status write for a wait of
-    /// seconds; the instance becoming Ready wakes them.
-    fn quietly_waits_for(&self, instance: &ServiceInstance) -> bool {
-        let new = !self.status.conditions.iter().any(|c| c.type_ == "Ready")
-            && platform::elapsed_since(self.binding.metadata.creation_timestamp.as_ref())
-                < QUIET_WAIT;
-        let failed = instance.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Failed" && c.status == ConditionStatus::True)
-        });
-        new && !failed
-    }
-
-    /// Waits for something to appear, up to the wait timeout counted from when `Ready` became
-    /// False; then fails.
-    async fn wait(&mut self, reason: &str, message: String) -> Result<Action, Error> {
-        let since = self
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::False)
-            .and_then(|c| c.last_transition_time.as_ref())
-            .map_or_else(Timestamp::now, |t| t.0);
-        let limit = SignedDuration::try_from(self.ctx.wait_timeout).unwrap_or(SignedDuration::MAX);
-        if Timestamp::now().duration_since(since) > limit {
-            let message = format!(
-                "{message}; gave up after {}",
-                humanize(self.ctx.wait_timeout)
-            );
-            return self.fail(reason, message).await;
-        }
-        self.set("Ready", ConditionStatus::False, reason, message);
-        self.write_status().await?;
-        Ok(Action::requeue(RECHECK))
-    }
-
-    /// The spec names other OSB ids than those recorded, or one the OSB API cannot carry:
-    /// nothing is sent to the broker until it is changed back. A binding never bound fails.
-    async fn refuse(&mut self, reason: &str, message: String) -> Result<Action, Error> {
-        if self.status.external_id.is_none() {
-            return self.fail(reason, message).await;
-        }
-        let said = self
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.reason == reason && conditions::says(c, &message));
-        self.set("Ready", ConditionStatus::False, reason, message.clone());
-        self.write_status().await?;
-        if !said {
-            self.event(EventType::Warning, reason, &message, "Bind")
-                .await;
-        }
-        Ok(Action::await_change())
-    }
-
-    /// The binding's uid, which its backoff is kept by.
-    fn uid(&self) -> String {
-        self.binding.uid().unwrap_or_default()
-    }
-
-    /// Ends in `Failed=True` (until the spec changes).
-    async fn fail(&mut self, reason: &str, message: String) -> Result<Action, Error> {
-        self.end_operation();
-        self.set("Failed", ConditionStatus::True, reason, message.clone());
-        self.set("Ready", ConditionStatus::False, reason, message.clone());
-        self.write_status().await?;
-        self.event(EventType::Warning, reason, &message, "Bind")
-            .await;
-        Ok(Action::await_change())
-    }
-
-    fn end_operation(&mut self) {
-        self.status.async_op_in_progress = false;
-        self.status.current_operation = None;
-        self.status.last_operation = None;
-        self.status.operation_start_time = None;
-        self.status.in_progress_properties = None;
-    }
-
-    fn condition_is(&self, type_: &str, value: ConditionStatus) -> bool {
-        self.status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == value)
-    }
-
-    fn set(
-        &mut self,
-        type_: &str,
-        value: ConditionStatus,
-        reason: &str,
-        message: impl Into<String>,
-    ) {
-        conditions::set(&mut self.status.conditions, type_, value, reason, message);
-        if type_ == "Ready" {
-            self.status.last_condition_state = if value == ConditionStatus::True {
-                "Ready".into()
-            } else {
-                reason.into()
-            };
-        }
-    }
-
-    async fn write_status(&self) -> Result<(), Error> {
-        Ok(status::write(
-            &self.bindings,
-            self.binding,
-            self.binding.status.as_ref(),
-            &self.status,
-            CLEARED_FIELDS,
-            &self.ctx.written,
-        )
-        .await?)
-    }
-
-    /// Publishes an Event about the binding.
-    async fn event(&self, type_: EventType, reason: &str, note: &str, action: &str) {
-        platform::event(self.ctx, self.binding, type_, reason, note, action).await;
     }
 }

@@ -7,8 +7,7 @@ use brokkr_osb::client::Poll;
 use brokkr_osb::messages::OperationState;
 use kube::runtime::controller::Action;
 
-use super::rotate::Expiry;
-use super::{RECHECK, Reconcile};
+use super::state::{Expiry, RECHECK, Reconcile};
 use crate::error::Error;
 use crate::identity::instance_id;
 use crate::platform::{backoff, elapsed_since, humanize, may_have_created};

@@ -4,8 +4,7 @@
 
 use kube::runtime::controller::Action;
 
-use super::Reconcile;
-use super::rotate::Expiry;
+use super::state::{Expiry, Reconcile};
 use crate::error::Error;
 use crate::identity;
 use crate::identity::instance_id;

@@ -32,7 +32,8 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value};
 
-use super::{RECHECK, Reconcile, binding_id, secret};
+use super::secret;
+use super::state::{Expiry, RECHECK, Reconcile};
 use crate::error::Error;
 use crate::identity;
 use crate::identity::instance_id;
@@ -49,48 +50,9 @@ pub const ROTATE_ANNOTATION: &str = "services.brokkr.dev/rotate";
 /// How long a predecessor's credentials keep working when the spec does not say.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(300);
 /// The condition that tells how the last rotation went.
-const CONDITION: &str = "Rotating";
+pub(super) const CONDITION: &str = "Rotating";
 /// Condition reason: the plan's bindings cannot be rotated.
 const NOT_ROTATABLE: &str = "PlanNotRotatable";
-
-/// When the broker says a binding's credentials expire and should be renewed (OSB binding
-/// metadata `expires_at`, `renew_before`).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(super) struct Expiry {
-    expires_at: Option<Timestamp>,
-    renew_before: Option<Timestamp>,
-}
-
-impl Expiry {
-    /// The expiry a bind or fetch answer's `metadata` gives; times that do not parse are left
-    /// out.
-    pub fn of(metadata: Option<&Value>) -> Self {
-        let at = |key: &str| {
-            metadata
-                .and_then(|m| m.get(key))
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse::<Timestamp>().ok())
-        };
-        Self {
-            expires_at: at("expires_at"),
-            renew_before: at("renew_before"),
-        }
-    }
-
-    /// When to rotate: `renew_before`, else `expires_at`.
-    fn due(&self) -> Option<Timestamp> {
-        self.renew_before.or(self.expires_at)
-    }
-}
-
-/// A binding of a rotation other than the current one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Slot {
-    /// The successor being bound.
-    Successor,
-    /// The predecessor (or failed successor) to unbind.
-    Previous,
-}
 
 /// The name of a successor's Secret: the binding's Secret name with part of the successor's
 /// id, within the 253 characters of a Secret name.
@@ -122,44 +84,7 @@ fn is_past(at: Option<&Time>) -> bool {
 }
 
 impl Reconcile<'_> {
-    /// The OSB id of the binding whose credentials are in the Secret now.
-    pub(super) fn current_id(&self) -> String {
-        self.status
-            .current_binding
-            .as_ref()
-            .map_or_else(|| binding_id(self.binding), |c| c.external_id.clone())
-    }
-
-    /// The Secret with the current credentials.
-    pub(super) fn current_secret(&self) -> String {
-        self.status
-            .current_binding
-            .as_ref()
-            .map_or_else(|| secret::name(self.binding), |c| c.secret_name.clone())
-    }
-
-    /// After credentials were published: records whose they are and when they expire. The
-    /// first time, the rotate annotation as it is counts as acted on.
-    pub(super) fn record_current(&mut self, expiry: Expiry) {
-        if self.status.current_binding.is_none() {
-            self.status.rotate_request = self.rotate_annotation();
-        }
-        self.status.current_binding = Some(CurrentBinding {
-            external_id: self.current_id(),
-            secret_name: self.current_secret(),
-        });
-        self.status.expires_at = expiry.expires_at.map(Time);
-        self.status.next_rotation_time = expiry.due().map(Time);
-    }
-
-    fn slot(&mut self, slot: Slot) -> &mut Option<RotatingBinding> {
-        match slot {
-            Slot::Successor => &mut self.status.successor_binding,
-            Slot::Previous => &mut self.status.previous_binding,
-        }
-    }
-
-    fn rotate_annotation(&self) -> Option<String> {
+    pub(super) fn rotate_annotation(&self) -> Option<String> {
         self.binding.annotations().get(ROTATE_ANNOTATION).cloned()
     }
 
@@ -180,7 +105,7 @@ impl Reconcile<'_> {
     }
 
     /// Why the binding should rotate now, if it should.
-    fn rotation_wanted(&self) -> Option<String> {
+    pub(super) fn rotation_wanted(&self) -> Option<String> {
         if self.rotate_annotation() != self.status.rotate_request {
             return Some(format!("asked by the annotation {ROTATE_ANNOTATION}"));
         }
@@ -196,7 +121,7 @@ impl Reconcile<'_> {
 
     /// When to look at the binding again: when its predecessor is to be unbound or its
     /// credentials are due for renewal.
-    fn next_wakeup(&self) -> Action {
+    pub(super) fn next_wakeup(&self) -> Action {
         let now = Timestamp::now();
         [
             self.status
@@ -215,7 +140,9 @@ impl Reconcile<'_> {
 
     /// The instance the binding is bound to and its broker; `None`, with the condition saying
     /// why, when either cannot be found.
-    async fn bound_broker(&mut self) -> Result<Option<(ServiceInstance, Resolved)>, Error> {
+    pub(super) async fn bound_broker(
+        &mut self,
+    ) -> Result<Option<(ServiceInstance, Resolved)>, Error> {
         let name = identity::bound_instance_name(self.binding).to_owned();
         let instances =
             Api::<ServiceInstance>::namespaced(self.ctx.client.clone(), &self.namespace);
@@ -573,144 +500,6 @@ impl Reconcile<'_> {
         self.event(EventType::Warning, reason, &message, "Rotate")
             .await;
         Ok(Action::requeue(Duration::from_secs(1)))
-    }
-
-    /// Unbinds the binding in `status.previousBinding`, its grace period over.
-    async fn retire_previous(&mut self) -> Result<Action, Error> {
-        let Some((instance, resolved)) = self.bound_broker().await? else {
-            return Ok(Action::requeue(RECHECK));
-        };
-        let retiring = self.status.previous_binding.clone().unwrap_or_default();
-        if let Some(action) = self
-            .unbind_slot(Slot::Previous, &instance, &resolved)
-            .await?
-        {
-            return Ok(action);
-        }
-        let message = format!(
-            "The binding {:?} was unbound and its Secret {:?} deleted",
-            retiring.external_id, retiring.secret_name
-        );
-        let grace_period = self
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == CONDITION && c.status == ConditionStatus::True);
-        if grace_period {
-            let done = format!(
-                "The credentials were rotated; the predecessor {:?} was unbound",
-                retiring.external_id
-            );
-            self.set(CONDITION, ConditionStatus::False, "Rotated", done);
-        }
-        self.write_status().await?;
-        self.event(EventType::Normal, "PredecessorUnbound", &message, "Rotate")
-            .await;
-        if self.rotation_wanted().is_some() {
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-        Ok(self.next_wakeup())
-    }
-
-    /// Deletes the Secret of the binding in `slot` and unbinds it (410 counts as done);
-    /// `None` once the broker no longer has it and the slot is empty, else when to look again.
-    pub(super) async fn unbind_slot(
-        &mut self,
-        slot: Slot,
-        instance: &ServiceInstance,
-        resolved: &Resolved,
-    ) -> Result<Option<Action>, Error> {
-        let Some(retiring) = self.slot(slot).clone() else {
-            return Ok(None);
-        };
-        let instance_id = instance_id(instance);
-        if retiring.current_operation == Some(ServiceBindingOperation::Unbind) {
-            let poll = Poll::binding(instance_id, retiring.external_id.clone())
-                .operation(retiring.last_operation.clone())
-                .plan(resolved.plan_ref())
-                .deleting();
-            let answer = resolved.osb.last_operation(&poll).await;
-            self.ctx.metrics.osb_call("last_operation", &answer);
-            let (state, description, retry_after) = match answer {
-                Ok(r) => (r.body.state, r.body.description, r.retry_after),
-                Err(e) if e.status().is_some_and(|s| s.as_u16() == 410) => {
-                    (OperationState::Succeeded, None, None)
-                }
-                Err(e) => return Err(e.into()),
-            };
-            return match state {
-                OperationState::InProgress => {
-                    Ok(Some(Action::requeue(retry_after.unwrap_or_else(|| {
-                        backoff(elapsed_since(retiring.operation_start_time.as_ref()))
-                    }))))
-                }
-                OperationState::Succeeded => {
-                    *self.slot(slot) = None;
-                    Ok(None)
-                }
-                OperationState::Failed => {
-                    *self.slot(slot) = Some(RotatingBinding {
-                        current_operation: None,
-                        last_operation: None,
-                        operation_start_time: None,
-                        ..retiring.clone()
-                    });
-                    let why = description.unwrap_or_else(|| "the broker gave no reason".into());
-                    self.unbind_failed(&retiring.external_id, &why).await?;
-                    Ok(Some(Action::requeue(RECHECK)))
-                }
-            };
-        }
-        let cached = (self.ctx.caches).secret(&self.namespace, &retiring.secret_name);
-        secret::delete(
-            &self.secrets,
-            self.binding,
-            &retiring.secret_name,
-            cached.as_deref(),
-        )
-        .await?;
-        let answer = resolved
-            .osb
-            .unbind(
-                &instance_id,
-                &retiring.external_id,
-                &resolved.plan_ref(),
-                true,
-            )
-            .await;
-        self.ctx.metrics.osb_call("unbind", &answer);
-        match answer {
-            Ok(response) if response.is_async() => {
-                *self.slot(slot) = Some(RotatingBinding {
-                    current_operation: Some(ServiceBindingOperation::Unbind),
-                    last_operation: response.body.operation.clone(),
-                    operation_start_time: Some(Time(Timestamp::now())),
-                    ..retiring
-                });
-                self.write_status().await?;
-                Ok(Some(Action::requeue(
-                    response.retry_after.unwrap_or(Duration::from_secs(1)),
-                )))
-            }
-            Ok(_) => {
-                *self.slot(slot) = None;
-                Ok(None)
-            }
-            Err(e) => {
-                self.unbind_failed(&retiring.external_id, &resolved.said(&e))
-                    .await?;
-                Ok(Some(Action::requeue(RECHECK)))
-            }
-        }
-    }
-
-    /// Says that unbinding the rotation's binding `id` failed; it is tried again.
-    async fn unbind_failed(&mut self, id: &str, why: &str) -> Result<(), Error> {
-        let message = format!("Unbinding the binding {id:?} failed: {why}; trying again");
-        self.write_status().await?;
-        self.event(EventType::Warning, "UnbindCallFailed", &message, "Rotate")
-            .await;
-        Ok(())
     }
 }
 
