@@ -6,7 +6,7 @@
 //!   is not a JSON object or a key given twice fails until the spec or the Secret changes. Status
 //!   only ever holds the parameters with Secret values redacted, and their checksum.
 //! - The instance is provisioned with `accepts_incomplete=true` behind a finalizer
-//!   (`provision.rs`); a provision that timed out, got a 5xx or an unreadable 201/202 is followed
+//!   (`provision.rs`, how operations end in `outcome.rs`); a provision that timed out, got a 5xx or an unreadable 201/202 is followed
 //!   by deprovision calls until one succeeds (orphan mitigation), then tried again.
 //! - A provisioned instance whose generation, plan or parameter checksum moved is updated
 //!   (`update.rs`): `plan_id` only when the plan changed, `parameters` only when their checksum did,

@@ -1,6 +1,7 @@
 //! Polling the operation in progress (provision, update, deprovision or the deprovision of an
 //! orphan mitigation) until it ends or outlives the plan's maximum polling duration; once a
 //! provision or update succeeds, the instance's dashboard URL is fetched where the class allows.
+//! An operation the broker accepted is recorded here too ([`started`]), and polled at once.
 
 use brokkr_osb::client::{Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState};

@@ -1,4 +1,6 @@
-//! Provisioning, and what follows a provision the broker may have half done: orphan mitigation.
+//! Provisioning: the ids recorded before the first call, the call, and a failure — terminal,
+//! tried again, or one the broker may have half done, which starts orphan mitigation
+//! ([`super::outcome`]).
 
 use std::time::Duration;
 
