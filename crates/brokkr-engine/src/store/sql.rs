@@ -22,6 +22,7 @@ use super::{Created, Finish, NewStatus, Store, StoreError};
 use crate::crypto::Keyring;
 use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
 
+mod batch;
 mod batched_reads;
 mod group;
 mod orphans;
@@ -29,6 +30,8 @@ mod readers;
 mod released;
 mod row;
 mod schema;
+#[cfg(test)]
+mod scratch_table;
 mod session;
 mod statement;
 mod view;

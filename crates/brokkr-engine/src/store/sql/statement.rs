@@ -184,3 +184,28 @@ fn literal(arg: &Arg, out: &mut String) -> Option<()> {
     }
     Some(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_written_as_literals_that_no_value_can_end() {
+        let statement = Statement::new(
+            "UPDATE t SET v = $2 WHERE k = $1",
+            vec![
+                (-9_223_372_036_854_775_808_i64).into(),
+                "a'b\\c".into(),
+                None::<String>.into(),
+                None::<i64>.into(),
+            ],
+        );
+        assert_eq!(
+            statement.literals().unwrap(),
+            "('-9223372036854775808', E'a''b\\\\c', NULL, NULL)"
+        );
+        assert_eq!(statement.types(), "bigint, text, text, bigint");
+        let nul = Statement::new("SELECT $1", vec!["a\0b".into()]);
+        assert_eq!(nul.literals(), None);
+    }
+}
