@@ -10,8 +10,9 @@
 //! there, PostgreSQL, which other replicas change too, only `last_operation` for the operation
 //! asked about. On PostgreSQL, a release is announced to every replica (`released`). The rest
 //! goes through sqlx. Timestamps are milliseconds since the Unix epoch; JSON is stored as text.
-//! The tables and their migrations are in `schema`, how a resource is a row (columns, sealing,
-//! decoding) in `row`, the orphans table in `orphans`.
+//! The tables and their migrations are in `schema`, the columns of a resource's row in
+//! `columns`, how a resource is a row (sealing, decoding) in `row`, the orphans table in
+//! `orphans`, a SQLite file's lock and connection settings in `sqlite`.
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
@@ -24,6 +25,7 @@ use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Sta
 
 mod batch;
 mod batched_reads;
+mod columns;
 mod group;
 mod orphans;
 mod readers;
@@ -33,6 +35,7 @@ mod schema;
 #[cfg(test)]
 mod scratch_table;
 mod session;
+mod sqlite;
 mod statement;
 mod view;
 mod writer;
@@ -41,14 +44,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use batched_reads::BatchedReads;
+use columns::{
+    COLUMNS, SEALED_COLUMNS, SELECT_ROW, SELECT_STATUS, STATUS_COLUMNS, binding_col, row_key,
+};
 use group::GroupCommit;
 use readers::Readers;
-use row::{
-    COLUMN_NAMES, COLUMNS, SEALED_COLUMNS, SELECT_ROW, SELECT_STATUS, STATUS_COLUMNS, column_at,
-    seal_context,
-};
+use row::seal_context;
 pub use schema::{Migration, SCHEMA_VERSION, migrations};
 use schema::{migrate_conn, read_version};
+use sqlite::{SQLITE_SETTINGS, lock_database, sqlite_path};
 use statement::{Arg, Statement, sqlite_sql};
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -85,68 +89,12 @@ pub struct SqlStore {
     _lock: Option<std::fs::File>,
 }
 
-/// Binds a key as the two columns of the primary key.
-fn binding_col(key: &Key) -> &str {
-    key.binding_id.as_deref().unwrap_or("")
-}
-
-/// The settings of every read-write SQLite connection (the writer's and the sqlx pool's): WAL,
-/// commits durable at the next checkpoint's `fsync` (a `kill -9` loses nothing committed), and a
-/// checkpoint every 10,000 pages (a WAL of up to 40 MB) instead of SQLite's 1,000. A checkpoint
-/// runs in the thread that commits, and every caller of the writer's batch waits for it: the
-/// longer interval halves the p99 of a busy broker, and writes a page changed many times in
-/// between once.
-const SQLITE_SETTINGS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-    PRAGMA wal_autocheckpoint = 10000; PRAGMA busy_timeout = 30000; PRAGMA secure_delete = ON;";
-
 /// How long, on PostgreSQL, the view answers for the status of an operation after this
 /// process last committed a change of it. Another replica may change the row meanwhile (start
 /// another operation, take over this one); the view answers only for the operation asked about,
 /// whose state moves only from in progress to ended, so that at worst it says "in progress" for
 /// this long after another replica ended it.
 const PG_VIEW_AGE: Duration = Duration::from_secs(2);
-
-/// The key of a row's `instance_id` and `binding_id` columns: [`binding_col`] undone.
-fn row_key(instance_id: String, binding_id: String) -> Key {
-    Key {
-        instance_id,
-        binding_id: (!binding_id.is_empty()).then_some(binding_id),
-    }
-}
-
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
-
-/// The path of the database file a SQLite URL names; `None` for an in-memory database.
-fn sqlite_path(url: &str) -> Option<&str> {
-    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
-    let path = rest.split('?').next().unwrap_or_default();
-    (!path.is_empty() && path != ":memory:").then_some(path)
-}
-
-/// Takes `<database>.lock` exclusively: a SQLite store serves one process, which on start
-/// resumes every operation left running.
-fn lock_database(url: &str) -> Result<Option<std::fs::File>, StoreError> {
-    let Some(path) = sqlite_path(url) else {
-        return Ok(None);
-    };
-    let lock_path = format!("{path}.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| StoreError::Lock(format!("cannot open {lock_path}: {e}")))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Lock(format!(
-            "{path} is in use by another brokkr process (a SQLite store serves one process; \
-             use PostgreSQL for several)"
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(StoreError::Lock(format!("cannot lock {lock_path}: {e}")))
-        }
-    }
-}
 
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

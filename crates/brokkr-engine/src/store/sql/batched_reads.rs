@@ -23,8 +23,7 @@ use futures::StreamExt;
 use sqlx::{AnyPool, AssertSqlSafe, Either};
 use tokio::sync::{mpsc, oneshot};
 
-use super::binding_col;
-use super::row::{SELECT_ROW, SELECT_STATUS};
+use super::columns::{SELECT_ROW, SELECT_STATUS, binding_col};
 use super::session::{Session, queries};
 use super::statement::Statement;
 use super::view::RowValues;

@@ -66,7 +66,7 @@ impl GroupCommit {
     /// Runs `first` and, if it changed a row, `rest`, in the next batch; returns whether `first`
     /// changed a row, once that batch is committed, and when `returns`, the row it returned
     /// (`None` when it was committed alone). When the change `touches` a resource, `first` must
-    /// return its [`STATUS_COLUMNS`](super::row::STATUS_COLUMNS) or all its columns.
+    /// return its [`STATUS_COLUMNS`](super::columns::STATUS_COLUMNS) or all its columns.
     pub(super) async fn write(
         &self,
         first: Statement,

@@ -6,7 +6,10 @@
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Dialect, SqlStore, Statement, binding_col, row_key};
+use super::columns::{binding_col, row_key};
+use super::statement::Statement;
+use super::view::Touches;
+use super::{Dialect, SqlStore};
 use crate::model::{Key, OpKind, Orphan};
 use crate::store::StoreError;
 
@@ -96,8 +99,7 @@ impl SqlStore {
                 step.into(),
             ],
         );
-        self.write(resolve, Vec::new(), super::Touches::Nothing)
-            .await
+        self.write(resolve, Vec::new(), Touches::Nothing).await
     }
 
     pub(super) async fn claim_orphans(

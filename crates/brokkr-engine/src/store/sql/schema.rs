@@ -4,7 +4,8 @@
 
 use sqlx::{Executor, Row};
 
-use super::{StoreError, orphans, to_i64};
+use super::orphans;
+use crate::store::StoreError;
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS brokkr_settings (
@@ -135,7 +136,7 @@ pub(super) async fn migrate_conn(
     conn: &mut sqlx::AnyConnection,
     migrations: &[Migration],
 ) -> Result<(), StoreError> {
-    let supported = to_i64(migrations.len());
+    let supported = i64::try_from(migrations.len()).unwrap_or(i64::MAX);
     let (found, compatible_since) = read_version(conn).await?;
     if found > supported {
         if compatible_since > supported {

@@ -5,8 +5,10 @@
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::AnyQuery;
 use crate::store::StoreError;
+
+/// An sqlx query on the `Any` driver, its arguments bound.
+pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
 
 /// A value bound to a statement of the hot path, for either driver.
 #[derive(Debug, Clone)]

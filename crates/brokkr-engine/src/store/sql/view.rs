@@ -34,9 +34,8 @@ use rusqlite::types::{Value, ValueRef};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::row::{SELECT_ROW, SELECT_STATUS};
+use super::columns::{COLUMN_NAMES, SELECT_ROW, SELECT_STATUS, binding_col, column_at};
 use super::statement::{Column, Columns, sqlite_sql};
-use super::{COLUMN_NAMES, binding_col, column_at};
 use crate::model::Key;
 use crate::store::StoreError;
 

@@ -21,6 +21,7 @@ use std::sync::{Arc, mpsc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::sqlite::SQLITE_SETTINGS;
 use super::view::{Seen, Touches, View};
 use crate::store::StoreError;
 
@@ -86,7 +87,7 @@ impl Writer {
     /// Opens `path` and starts the writer thread, which shows what it commits in `view`.
     pub(super) fn open(path: &str, view: Arc<View>) -> Result<Self, StoreError> {
         let conn = Connection::open(path)?;
-        conn.execute_batch(super::SQLITE_SETTINGS)?;
+        conn.execute_batch(SQLITE_SETTINGS)?;
         conn.set_prepared_statement_cache_capacity(64);
         let (changes, queue) = mpsc::channel::<Box<dyn Change>>();
         std::thread::Builder::new()
