@@ -16,18 +16,18 @@
 
 use async_trait::async_trait;
 use brokkr_osb::OperationState;
-use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, AssertSqlSafe, Executor, Row};
+use sqlx::{AssertSqlSafe, Row};
 
 use super::{Created, Finish, NewStatus, Store, StoreError};
-use crate::crypto::Keyring;
 use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
 
 mod batch;
 mod batched_reads;
 mod columns;
+mod connect;
 mod group;
 mod orphans;
+mod read;
 mod readers;
 mod released;
 mod row;
@@ -38,173 +38,22 @@ mod session;
 mod sqlite;
 mod statement;
 mod view;
+mod write;
 mod writer;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use batched_reads::BatchedReads;
-use columns::{
-    COLUMNS, SEALED_COLUMNS, SELECT_ROW, SELECT_STATUS, STATUS_COLUMNS, binding_col, row_key,
-};
-use group::GroupCommit;
-use readers::Readers;
+use columns::{COLUMNS, SEALED_COLUMNS, binding_col, row_key};
+use connect::Dialect;
+pub use connect::SqlStore;
 use row::seal_context;
 pub use schema::{Migration, SCHEMA_VERSION, migrations};
-use schema::{migrate_conn, read_version};
-use sqlite::{SQLITE_SETTINGS, lock_database, sqlite_path};
 use statement::{Arg, Statement, sqlite_sql};
-use tokio::sync::Notify;
-use tokio_util::sync::{CancellationToken, DropGuard};
-use view::{RowValues, Touches, View};
-use writer::Writer;
-
-/// Which SQL database a store talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dialect {
-    Sqlite,
-    Postgres,
-}
-
-/// A [`Store`] on SQLite or PostgreSQL.
-pub struct SqlStore {
-    pool: AnyPool,
-    dialect: Dialect,
-    keyring: Option<Keyring>,
-    /// For a SQLite file: the thread that makes the hot path's changes, in group commits.
-    writer: Option<Writer>,
-    /// For a SQLite file: connections that read one resource in the caller's thread.
-    readers: Option<Readers>,
-    /// For a SQLite file: the status of the resources the writer changed lately.
-    view: Option<Arc<View>>,
-    /// For PostgreSQL: the task that commits the hot path's changes in groups.
-    group: Option<GroupCommit>,
-    /// For PostgreSQL: the tasks that read one resource, in batches.
-    reads: Option<BatchedReads>,
-    /// For PostgreSQL: woken when a replica released operations (see `released`).
-    released: Arc<Notify>,
-    /// For PostgreSQL: stops listening for releases when the store is dropped.
-    _listening: Option<DropGuard>,
-    /// For SQLite: an exclusive lock that keeps a second process off the same database.
-    _lock: Option<std::fs::File>,
-}
-
-/// How long, on PostgreSQL, the view answers for the status of an operation after this
-/// process last committed a change of it. Another replica may change the row meanwhile (start
-/// another operation, take over this one); the view answers only for the operation asked about,
-/// whose state moves only from in progress to ended, so that at worst it says "in progress" for
-/// this long after another replica ended it.
-const PG_VIEW_AGE: Duration = Duration::from_secs(2);
+use view::Touches;
 
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl SqlStore {
-    /// Connects to `sqlite://PATH` (created when missing) or `postgres://…`. With a keyring,
-    /// resource attributes (parameters, context) and outputs (credentials) are stored encrypted.
-    pub async fn connect(url: &str, keyring: Option<Keyring>) -> Result<Self, StoreError> {
-        sqlx::any::install_default_drivers();
-        let (dialect, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
-            let sep = if rest.contains('?') { '&' } else { '?' };
-            let url = if rest.contains("mode=") {
-                url.to_owned()
-            } else {
-                format!("{url}{sep}mode=rwc")
-            };
-            (Dialect::Sqlite, url)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Dialect::Postgres, url.to_owned())
-        } else {
-            return Err(StoreError::UnsupportedUrl(super::redact_url(url)));
-        };
-        let options = match dialect {
-            Dialect::Sqlite => AnyPoolOptions::new()
-                .max_connections(8)
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        conn.execute(SQLITE_SETTINGS).await?;
-                        Ok(())
-                    })
-                }),
-            Dialect::Postgres => AnyPoolOptions::new().max_connections(16),
-        };
-        let lock = match dialect {
-            Dialect::Sqlite => lock_database(&url)?,
-            Dialect::Postgres => None,
-        };
-        let pool = options.connect(&url).await?;
-        let view = Arc::new(View::new());
-        let released = Arc::new(Notify::new());
-        let (group, reads, listening) = match dialect {
-            Dialect::Postgres => {
-                let schema: String = sqlx::query("SELECT current_schema()::text")
-                    .fetch_one(&pool)
-                    .await?
-                    .try_get(0)?;
-                let stop = CancellationToken::new();
-                tokio::spawn(released::listen(
-                    url.clone(),
-                    schema,
-                    released.clone(),
-                    stop.clone(),
-                ));
-                let group = GroupCommit::start(&pool, &view);
-                let reads = BatchedReads::start(&pool);
-                (Some(group), Some(reads), Some(stop.drop_guard()))
-            }
-            Dialect::Sqlite => (None, None, None),
-        };
-        // The pool's first connection has created the file.
-        let path = match dialect {
-            Dialect::Sqlite => sqlite_path(&url),
-            Dialect::Postgres => None,
-        };
-        Ok(Self {
-            pool,
-            dialect,
-            keyring,
-            writer: path
-                .map(|path| Writer::open(path, view.clone()))
-                .transpose()?,
-            readers: path.map(Readers::new),
-            view: (dialect == Dialect::Postgres || path.is_some()).then_some(view),
-            group,
-            reads,
-            released,
-            _listening: listening,
-            _lock: lock,
-        })
-    }
-
-    /// Brings the schema to `migrations.len()` (see [`Store::migrate`]). Replicas starting
-    /// together on PostgreSQL take turns under an advisory lock.
-    pub async fn migrate_with(&self, migrations: &[Migration]) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        if self.dialect == Dialect::Postgres {
-            conn.execute("SELECT pg_advisory_lock(72616) ").await?;
-        }
-        let result = migrate_conn(&mut conn, migrations).await;
-        if self.dialect == Dialect::Postgres {
-            conn.execute("SELECT pg_advisory_unlock(72616)").await?;
-        }
-        result
-    }
-
-    /// The store's schema version and the oldest version that can use it (0 and 0 for a store
-    /// from before versions were recorded, or an empty one).
-    pub async fn schema_version(&self) -> Result<(i64, i64), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        read_version(&mut conn).await
-    }
-
-    /// Empties the view, after a change of rows made outside the writer.
-    fn forget_all(&self) {
-        if let Some(view) = &self.view {
-            view.clear();
-        }
-    }
-
     /// Appends an operation's columns, `op_id` to `op_started_at`, in table order.
     fn operation_args(&self, args: &mut Vec<Arg>, key: &Key, op: &Operation) {
         args.extend([
@@ -224,38 +73,6 @@ impl SqlStore {
             op.lease_until.into(),
             op.started_at.into(),
         ]);
-    }
-
-    /// Runs `first` and, if it changed a row, `rest`, in one transaction; returns whether
-    /// `first` changed a row (when it did not, nothing changes). On a SQLite file this is one
-    /// change of the writer's next group commit, which the view shows as `touches` says.
-    async fn write(
-        &self,
-        first: Statement,
-        rest: Vec<Statement>,
-        touches: Touches,
-    ) -> Result<bool, StoreError> {
-        if let Some(writer) = &self.writer {
-            return writer
-                .write(touches, move |conn| {
-                    if first.run(conn)? == 0 {
-                        return Ok(false);
-                    }
-                    for statement in &rest {
-                        statement.run(conn)?;
-                    }
-                    Ok(true)
-                })
-                .await;
-        }
-        if let Some(group) = &self.group {
-            let first = match touches {
-                Touches::Nothing => first,
-                _ => first.returning(&STATUS_COLUMNS),
-            };
-            return Ok(group.write(first, rest, touches, false).await?.0);
-        }
-        group::alone(&self.pool, &first, &rest).await
     }
 
     /// The statements that append `events` of `op_id`: a row each for the SQLite writer, which
@@ -296,51 +113,6 @@ impl SqlStore {
                 Statement::new(sql, args)
             })
             .collect()
-    }
-
-    /// Reads the row of `key`, decoded in full or for its status only: from the view when it
-    /// has it (on PostgreSQL, only the status of `operation` committed here lately, see
-    /// [`PG_VIEW_AGE`]).
-    async fn read(
-        &self,
-        key: &Key,
-        status_only: bool,
-        operation: Option<&str>,
-    ) -> Result<Option<Resource>, StoreError> {
-        let decode = |row: &RowValues| self.decode(row, status_only);
-        let shown = match (self.dialect, &self.view, operation) {
-            (Dialect::Sqlite, Some(view), _) => view.read(key, decode),
-            (Dialect::Postgres, Some(view), Some(op_id)) if status_only => {
-                view.read_recent(key, op_id, PG_VIEW_AGE, decode)
-            }
-            _ => None,
-        };
-        if let Some(r) = shown {
-            return r.map(Some);
-        }
-        if let Some(readers) = &self.readers {
-            return readers.read(|conn| {
-                let row = RowValues::read(conn, key, status_only)?;
-                row.map(|row| self.decode(&row, status_only)).transpose()
-            });
-        }
-        if let Some(reads) = &self.reads {
-            let row = reads.read(key, status_only).await?;
-            return row.map(|row| self.decode(&row, status_only)).transpose();
-        }
-        let sql = if status_only {
-            &SELECT_STATUS
-        } else {
-            &SELECT_ROW
-        };
-        let row = sqlx::query(AssertSqlSafe(sql.as_str()))
-            .bind(&key.instance_id)
-            .bind(binding_col(key))
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref()
-            .map(|r| self.decode(r, status_only))
-            .transpose()
     }
 }
 

@@ -13,13 +13,13 @@
 //! A batch runs in one transaction, in one or two round trips (`batch`).
 //!
 //! A change is a compare-and-set statement and the statements that stand only if it changed a
-//! row ([`SqlStore::write`](super::SqlStore)): a change whose first statement changes nothing
-//! changes nothing, so no savepoint is needed around it. Should a statement fail (a constraint,
-//! a deadlock with another replica), PostgreSQL aborts the whole transaction: it is rolled back
-//! and each of its changes is run again in a transaction of its own, with bound parameters, so
-//! that the failure stays with the change that caused it. A failed `COMMIT`, or a connection lost
-//! while the server may have committed, is reported to every caller of the batch, as a failed
-//! commit of its own transaction was before.
+//! row ([`SqlStore::write`](super::connect::SqlStore)): a change whose first statement changes
+//! nothing changes nothing, so no savepoint is needed around it. Should a statement fail (a
+//! constraint, a deadlock with another replica), PostgreSQL aborts the whole transaction: it is
+//! rolled back and each of its changes is run again in a transaction of its own, with bound
+//! parameters, so that the failure stays with the change that caused it. A failed `COMMIT`, or a
+//! connection lost while the server may have committed, is reported to every caller of the
+//! batch, as a failed commit of its own transaction was before.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;

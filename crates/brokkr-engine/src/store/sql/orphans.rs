@@ -7,9 +7,9 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::columns::{binding_col, row_key};
+use super::connect::{Dialect, SqlStore};
 use super::statement::Statement;
 use super::view::Touches;
-use super::{Dialect, SqlStore};
 use crate::model::{Key, OpKind, Orphan};
 use crate::store::StoreError;
 

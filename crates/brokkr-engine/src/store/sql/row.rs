@@ -3,8 +3,8 @@
 
 use brokkr_osb::OperationState;
 
-use super::SqlStore;
 use super::columns::{SEALED_COLUMNS, binding_col, row_key};
+use super::connect::SqlStore;
 use super::statement::Columns;
 use crate::crypto::is_sealed;
 use crate::model::{Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};

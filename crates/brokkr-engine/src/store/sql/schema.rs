@@ -4,6 +4,7 @@
 
 use sqlx::{Executor, Row};
 
+use super::connect::{Dialect, SqlStore};
 use super::orphans;
 use crate::store::StoreError;
 
@@ -85,6 +86,29 @@ pub fn migrations() -> Vec<Migration> {
     }]
 }
 
+impl SqlStore {
+    /// Brings the schema to `migrations.len()` (see [`Store::migrate`]). Replicas starting
+    /// together on PostgreSQL take turns under an advisory lock.
+    pub async fn migrate_with(&self, migrations: &[Migration]) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        if self.dialect == Dialect::Postgres {
+            conn.execute("SELECT pg_advisory_lock(72616) ").await?;
+        }
+        let result = migrate_conn(&mut conn, migrations).await;
+        if self.dialect == Dialect::Postgres {
+            conn.execute("SELECT pg_advisory_unlock(72616)").await?;
+        }
+        result
+    }
+
+    /// The store's schema version and the oldest version that can use it (0 and 0 for a store
+    /// from before versions were recorded, or an empty one).
+    pub async fn schema_version(&self) -> Result<(i64, i64), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        read_version(&mut conn).await
+    }
+}
+
 /// The `brokkr_settings` rows that record the schema.
 const VERSION_KEY: &str = "schema_version";
 const COMPATIBLE_KEY: &str = "schema_compatible_since";
@@ -106,7 +130,7 @@ async fn read_setting(conn: &mut sqlx::AnyConnection, name: &str) -> Result<i64,
     }
 }
 
-pub(super) async fn read_version(conn: &mut sqlx::AnyConnection) -> Result<(i64, i64), StoreError> {
+async fn read_version(conn: &mut sqlx::AnyConnection) -> Result<(i64, i64), StoreError> {
     conn.execute(SCHEMA[0]).await?;
     Ok((
         read_setting(conn, VERSION_KEY).await?,
@@ -132,7 +156,7 @@ async fn write_setting(
 
 /// Runs the migrations the store has not had, recording the version after each; refuses a
 /// store that needs a newer brokkr.
-pub(super) async fn migrate_conn(
+async fn migrate_conn(
     conn: &mut sqlx::AnyConnection,
     migrations: &[Migration],
 ) -> Result<(), StoreError> {
