@@ -1,15 +1,16 @@
-//! How one resource is read: from the view when it shows the row (on PostgreSQL, only an
+//! Reading resources. One resource: from the view when it shows the row (on PostgreSQL, only an
 //! operation's status, lately committed here), else on a SQLite file from a reader connection
-//! (`readers`), on PostgreSQL in a batch of reads (`batched_reads`), or over sqlx.
+//! (`readers`), on PostgreSQL in a batch of reads (`batched_reads`), or over sqlx. The resource
+//! of an operation and the instances of a status: over sqlx.
 
 use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
 
-use super::columns::{SELECT_ROW, SELECT_STATUS, binding_col};
+use super::columns::{COLUMNS, SELECT_ROW, SELECT_STATUS, binding_col};
 use super::connect::{Dialect, SqlStore};
 use super::view::RowValues;
-use crate::model::{Key, Resource};
+use crate::model::{Key, Resource, Status};
 use crate::store::StoreError;
 
 /// How long, on PostgreSQL, the view answers for the status of an operation after this
@@ -63,5 +64,33 @@ impl SqlStore {
         row.as_ref()
             .map(|r| self.decode(r, status_only))
             .transpose()
+    }
+
+    pub(super) async fn find_operation(&self, op_id: &str) -> Result<Option<Resource>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM brokkr_resources WHERE op_id = $1 OR prev_op_id = $1 LIMIT 1"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(op_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(|r| self.decode(r, false)).transpose()
+    }
+
+    pub(super) async fn list_instances(
+        &self,
+        status: Option<Status>,
+        limit: i64,
+    ) -> Result<Vec<Resource>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM brokkr_resources WHERE binding_id = '' \
+             AND ($1 = '' OR status = $1) ORDER BY created_at DESC LIMIT $2"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(status.map_or("", Status::as_str))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| self.decode(r, false)).collect()
     }
 }
