@@ -23,7 +23,8 @@
 
 use async_trait::async_trait;
 
-use super::{Created, Finish, NewStatus, Store, StoreError};
+use super::api::{Created, Finish, NewStatus, Store};
+use super::error::StoreError;
 use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
 
 mod batch;

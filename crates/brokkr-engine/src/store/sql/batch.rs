@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::session::{Session, queries};
 use super::statement::Statement;
 use super::view::{RowValues, Touches};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// One change: `first` and, if it changed a row, `rest`; answered with whether it did, and with
 /// the row `first` returned when the caller `returns` it. When it `touches` a resource, `first`

@@ -28,7 +28,7 @@ use super::session::{Session, queries};
 use super::statement::Statement;
 use super::view::RowValues;
 use crate::model::Key;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// Most reads in one query.
 const MAX_BATCH: usize = 256;

@@ -19,7 +19,7 @@ use super::sqlite::{SQLITE_SETTINGS, lock_database, sqlite_path};
 use super::view::View;
 use super::writer::Writer;
 use crate::crypto::Keyring;
-use crate::store::{StoreError, redact_url};
+use crate::store::error::{StoreError, redact_url};
 
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

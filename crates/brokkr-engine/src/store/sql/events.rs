@@ -6,7 +6,7 @@ use super::connect::SqlStore;
 use super::statement::Statement;
 use super::view::Touches;
 use crate::model::Event;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 impl SqlStore {
     /// The statements that append `events` of `op_id`: a row each for the SQLite writer, which

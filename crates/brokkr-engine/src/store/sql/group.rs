@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch::{Change, Outcome, commit};
 use super::statement::Statement;
 use super::view::{Seen, Touches, View};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// Most changes in one transaction: bounds how long a commit keeps its callers waiting.
 const MAX_BATCH: usize = 256;

@@ -10,7 +10,7 @@ use super::released;
 use super::statement::{Statement, sqlite_sql};
 use super::view::Touches;
 use crate::model::Key;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 impl SqlStore {
     pub(super) async fn claim_due(

@@ -6,7 +6,7 @@ use sqlx::Row;
 use super::columns::{SEALED_COLUMNS, binding_col, row_key};
 use super::connect::{Dialect, SqlStore};
 use super::row::seal_context;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 impl SqlStore {
     pub(super) async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError> {

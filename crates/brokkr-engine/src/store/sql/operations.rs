@@ -8,7 +8,8 @@ use super::connect::SqlStore;
 use super::statement::{Arg, Statement};
 use super::view::Touches;
 use crate::model::{Event, Key, Operation, Outputs, Resource, Status};
-use crate::store::{Created, Finish, NewStatus, Store, StoreError};
+use crate::store::api::{Created, Finish, NewStatus, Store};
+use crate::store::error::StoreError;
 
 /// A step number as an SQL integer.
 fn to_i64(n: usize) -> i64 {

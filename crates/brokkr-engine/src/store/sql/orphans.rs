@@ -11,7 +11,7 @@ use super::connect::{Dialect, SqlStore};
 use super::statement::Statement;
 use super::view::Touches;
 use crate::model::{Key, OpKind, Orphan};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 pub(super) const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS brokkr_orphans (

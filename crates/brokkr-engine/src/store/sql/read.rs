@@ -11,7 +11,7 @@ use super::columns::{COLUMNS, SELECT_ROW, SELECT_STATUS, binding_col};
 use super::connect::{Dialect, SqlStore};
 use super::view::RowValues;
 use crate::model::{Key, Resource, Status};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// How long, on PostgreSQL, the view answers for the status of an operation after this
 /// process last committed a change of it. Another replica may change the row meanwhile (start

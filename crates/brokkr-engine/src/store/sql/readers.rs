@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OpenFlags};
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// Connections kept open between reads; more are opened when more read at once.
 const KEEP: usize = 8;

@@ -8,7 +8,7 @@ use super::connect::SqlStore;
 use super::statement::Columns;
 use crate::crypto::is_sealed;
 use crate::model::{Key, OpKind, OpPlan, Operation, PreviousOperation, Resource, Status};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// Associated data of a sealed column: its row and its name.
 pub(super) fn seal_context(key: &Key, column: &str) -> String {

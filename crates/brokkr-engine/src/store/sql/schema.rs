@@ -6,7 +6,7 @@ use sqlx::{Executor, Row};
 
 use super::connect::{Dialect, SqlStore};
 use super::orphans;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS brokkr_settings (

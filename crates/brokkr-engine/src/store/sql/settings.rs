@@ -5,7 +5,7 @@
 use sqlx::Row;
 
 use super::connect::SqlStore;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 impl SqlStore {
     pub(super) async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError> {

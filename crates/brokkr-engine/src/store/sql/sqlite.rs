@@ -1,7 +1,7 @@
 //! A SQLite store's file: where its URL puts it, the lock that keeps a second process off it, and
 //! the settings of every read-write connection to it.
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// The settings of every read-write SQLite connection (the writer's and the sqlx pool's): WAL,
 /// commits durable at the next checkpoint's `fsync` (a `kill -9` loses nothing committed), and a

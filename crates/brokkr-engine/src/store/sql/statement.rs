@@ -5,7 +5,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// An sqlx query on the `Any` driver, its arguments bound.
 pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;

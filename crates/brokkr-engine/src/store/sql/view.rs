@@ -37,7 +37,7 @@ use sqlx::any::AnyRow;
 use super::columns::{COLUMN_NAMES, SELECT_ROW, SELECT_STATUS, binding_col, column_at};
 use super::statement::{Column, Columns, sqlite_sql};
 use crate::model::Key;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// How long the status of an ended operation stays after its last change: its platform's last
 /// polls come soon after the end.

@@ -7,7 +7,7 @@ use super::connect::SqlStore;
 use super::group;
 use super::statement::Statement;
 use super::view::Touches;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 impl SqlStore {
     /// Empties the view, after a change of rows made outside the writer.

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 use super::sqlite::SQLITE_SETTINGS;
 use super::view::{Seen, Touches, View};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// Most changes in one transaction: bounds how long a commit keeps its callers waiting.
 const MAX_BATCH: usize = 512;
