@@ -8,24 +8,10 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use crate::response::{not_found, ok, shown, status};
 use crate::select::Selection;
 use crate::store::{Key, KindDef, State};
 use crate::watch::watch;
-
-/// A `Status` failure response.
-pub(crate) fn status(code: StatusCode, reason: &str, message: String) -> Response {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code.as_u16()});
-    (code, axum::Json(body)).into_response()
-}
-
-fn not_found(message: String) -> Response {
-    status(StatusCode::NOT_FOUND, "NotFound", message)
-}
-
-fn ok(body: Value) -> Response {
-    (StatusCode::OK, axum::Json(body)).into_response()
-}
 
 /// The path split into API group, version and the rest.
 fn split(path: &str) -> Option<(String, String, Vec<String>)> {
@@ -187,17 +173,6 @@ fn resources(defs: &[KindDef]) -> Value {
     }
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": defs[0].api_version(),
         "resources": resources})
-}
-
-/// An object as the client asked for it: whole, or as a `PartialObjectMetadata` (its
-/// `metadata` alone).
-pub(crate) fn shown(object: &Value, metadata_only: bool) -> Value {
-    if metadata_only {
-        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": object["metadata"]})
-    } else {
-        object.clone()
-    }
 }
 
 /// LIST, WATCH and POST on a collection.

@@ -42,6 +42,7 @@
 //! (docs/testing.md).
 
 mod api;
+mod response;
 mod select;
 mod store;
 mod watch;

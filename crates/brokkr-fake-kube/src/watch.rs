@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::sync::broadcast::Receiver;
 use tokio::time::Instant;
 
+use crate::response::{shown, status};
 use crate::select::Selection;
 use crate::store::{Event, State};
 
@@ -37,7 +38,7 @@ pub(crate) fn watch(
         Some(v) => {
             let Ok(since) = v.parse::<u64>() else {
                 let message = format!("invalid resourceVersion {v:?}");
-                return crate::api::status(StatusCode::BAD_REQUEST, "BadRequest", message);
+                return status(StatusCode::BAD_REQUEST, "BadRequest", message);
             };
             state
                 .history
@@ -87,7 +88,7 @@ async fn next(
 }
 
 fn line(kind: &str, object: &serde_json::Value, metadata_only: bool) -> Bytes {
-    let object = crate::api::shown(object, metadata_only);
+    let object = shown(object, metadata_only);
     let mut text = json!({"type": kind, "object": object}).to_string();
     text.push('\n');
     Bytes::from(text)
