@@ -4,81 +4,11 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use super::{Client, Error, PlanRef, binding_path, instance_path};
+use super::error::Error;
+use super::exchange::Client;
+use super::request_target::Poll;
 use crate::catalog::Plan;
 use crate::messages::{LastOperation, OperationState};
-
-/// Whose operation to poll, and with what: the `operation` the broker returned, the plan, and
-/// whether the operation deletes (so that 410 Gone means it succeeded).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Poll {
-    pub(super) resource: Resource,
-    pub(super) operation: Option<String>,
-    pub(super) plan: Option<PlanRef>,
-    pub(super) deleting: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Resource {
-    Instance(String),
-    Binding(String, String),
-}
-
-impl Resource {
-    pub(super) fn path(&self) -> String {
-        match self {
-            Self::Instance(id) => instance_path(id),
-            Self::Binding(instance, binding) => binding_path(instance, binding),
-        }
-    }
-}
-
-impl Poll {
-    /// The operation of an instance.
-    pub fn instance(instance_id: impl Into<String>) -> Self {
-        Self::of(Resource::Instance(instance_id.into()))
-    }
-
-    /// The operation of a binding.
-    pub fn binding(instance_id: impl Into<String>, binding_id: impl Into<String>) -> Self {
-        Self::of(Resource::Binding(instance_id.into(), binding_id.into()))
-    }
-
-    fn of(resource: Resource) -> Self {
-        Self {
-            resource,
-            operation: None,
-            plan: None,
-            deleting: false,
-        }
-    }
-
-    /// The `operation` the broker returned with its 202 (pass it on, as the specification asks).
-    #[must_use]
-    pub fn operation(mut self, operation: Option<String>) -> Self {
-        self.operation = operation;
-        self
-    }
-
-    /// The service offering and plan, sent as `service_id` and `plan_id`.
-    #[must_use]
-    pub fn plan(mut self, plan: PlanRef) -> Self {
-        self.plan = Some(plan);
-        self
-    }
-
-    /// The operation deletes the resource: a 410 Gone while polling means it succeeded.
-    #[must_use]
-    pub fn deleting(mut self) -> Self {
-        self.deleting = true;
-        self
-    }
-
-    /// Whether the operation deletes the resource.
-    pub fn is_deleting(&self) -> bool {
-        self.deleting
-    }
-}
 
 /// How often and how long to poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
