@@ -9,8 +9,7 @@
 //! resolving to loopback and the metadata address 169.254.169.254 are refused by default,
 //! loopback is used when the allow list says so.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -18,8 +17,8 @@ use axum::routing::get;
 use brokkr_controller::Context;
 use brokkr_controller::resources;
 use brokkr_fake_kube::FakeCluster;
+use brokkr_test_support::{RawServer, raw_server};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const API: &str = "services.brokkr.dev/v1alpha1";
 const MIB: usize = 1 << 20;
@@ -89,51 +88,6 @@ impl Cluster {
     }
 }
 
-/// A server on loopback that answers every request with `head` and then `chunks` chunks of
-/// `chunk` spaces, `pause` apart, until the client hangs up; returns its URL, the count of
-/// requests and the count of body bytes it managed to write.
-async fn raw_server(
-    head: &'static str,
-    chunk: usize,
-    chunks: usize,
-    pause: Duration,
-) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
-    let (requests, sent) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (counted_requests, counted) = (requests.clone(), sent.clone());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (requests, counted) = (counted_requests.clone(), counted.clone());
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                requests.fetch_add(1, Ordering::SeqCst);
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let data = vec![b' '; chunk];
-                for _ in 0..chunks {
-                    if socket.write_all(&data).await.is_err() {
-                        return;
-                    }
-                    counted.fetch_add(chunk, Ordering::SeqCst);
-                    if !pause.is_zero() {
-                        tokio::time::sleep(pause).await;
-                    }
-                }
-            });
-        }
-    });
-    (url, requests, sent)
-}
-
 /// A server whose `/v2/catalog` answers `status` with `body`; returns its URL.
 async fn json_server(status: StatusCode, body: Value) -> String {
     let app = axum::Router::new().route(
@@ -161,9 +115,9 @@ const NOT_OSB: &str = brokkr_controller::error::UNUSABLE;
 
 #[tokio::test]
 async fn a_120_mib_catalog_is_cut_off_at_the_limit_while_the_broker_still_writes() {
-    let (url, _, sent) = raw_server(
+    let RawServer { url, sent, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        64 << 10,
+        vec![b' '; 64 << 10],
         120 * 16,
         Duration::ZERO,
     )
@@ -193,9 +147,9 @@ async fn a_120_mib_catalog_is_cut_off_at_the_limit_while_the_broker_still_writes
 
 #[tokio::test]
 async fn a_broker_trickling_its_catalog_is_cut_off_at_the_time_limit() {
-    let (url, _, _) = raw_server(
+    let RawServer { url, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        1,
+        vec![b' '; 1],
         1_000_000,
         Duration::from_millis(50),
     )
@@ -316,9 +270,9 @@ async fn a_tenants_broker_status_never_echoes_what_the_other_end_answered() {
 
 #[tokio::test]
 async fn a_namespaced_broker_on_loopback_is_refused_by_default_before_any_connection() {
-    let (url, requests, _) = raw_server(
+    let RawServer { url, requests, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-length: 15\r\n\r\n",
-        15,
+        vec![b' '; 15],
         1,
         Duration::ZERO,
     )

@@ -23,6 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use brokkr_fake_kube::FakeCluster;
+use brokkr_test_support::raw_server;
 use serde_json::json;
 use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -65,37 +66,18 @@ async fn small_catalog() -> String {
 #[tokio::test]
 #[ignore = "a measurement: run it with --ignored --nocapture"]
 async fn a_120_mib_catalog_leaves_the_controllers_memory_where_it_was() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                            connection: close\r\n\r\n";
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let mib = vec![b' '; 1 << 20];
-                let total: usize = std::env::var("MEASURE_MIB")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(120);
-                for _ in 0..total {
-                    if socket.write_all(&mib).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let total: usize = std::env::var("MEASURE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    let url = raw_server(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
+        vec![b' '; 1 << 20],
+        total,
+        Duration::ZERO,
+    )
+    .await
+    .url;
 
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeCluster::start().await;

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use brokkr_test_support::{RawServer, raw_server};
 use serde_json::{Value, json};
 use support::cluster::*;
 use support::*;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// A namespace whose editor (Kubernetes' `edit` role, to which deploy/base aggregates brokkr's
 /// kinds) the tests act as.
@@ -75,41 +75,6 @@ async fn tenant_sees(ns: &str, name: &str, reason: &str) -> (Value, String) {
         },
     )
     .await
-}
-
-/// A server on loopback answering every request with `head` and then `body` repeated `times`
-/// times; returns its URL and the count of body bytes it wrote.
-async fn raw_server(head: String, body: Vec<u8>, times: usize) -> (String, Arc<AtomicUsize>) {
-    let sent = Arc::new(AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let counted = sent.clone();
-    let (head, body) = (Arc::new(head), Arc::new(body));
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (counted, head, body) = (counted.clone(), head.clone(), body.clone());
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                for _ in 0..times {
-                    if socket.write_all(&body).await.is_err() {
-                        return;
-                    }
-                    counted.fetch_add(body.len(), Ordering::SeqCst);
-                }
-            });
-        }
-    });
-    (url, sent)
 }
 
 const SI: &str = "serviceinstances.services.brokkr.dev";
@@ -229,10 +194,13 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     let ns = namespace.as_str();
 
     // 120 MiB of catalog, without a Content-Length.
-    let (huge, sent) = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n".into(),
+    let RawServer {
+        url: huge, sent, ..
+    } = raw_server(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
         vec![b' '; 1 << 20],
         120,
+        Duration::ZERO,
     )
     .await;
     tenant_broker(ns, "huge", &huge, "");
@@ -281,10 +249,11 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
 #[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
 async fn a_tenant_broker_at_loopback_embedded_in_an_ipv6_address_is_refused() {
     // Counts one byte a request.
-    let (url, sent) = raw_server(
-        "HTTP/1.1 404 Not Found\r\ncontent-length: 1\r\n\r\n".into(),
+    let RawServer { url, sent, .. } = raw_server(
+        "HTTP/1.1 404 Not Found\r\ncontent-length: 1\r\n\r\n",
         b" ".to_vec(),
         1,
+        Duration::ZERO,
     )
     .await;
     let port = url.rsplit(':').next().unwrap().to_owned();
@@ -743,7 +712,8 @@ async fn json_server(status: &str, body: Vec<u8>) -> (String, Arc<AtomicUsize>) 
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    raw_server(head, body, 1).await
+    let RawServer { url, sent, .. } = raw_server(head, body, 1, Duration::ZERO).await;
+    (url, sent)
 }
 
 /// A broker on loopback with one plan (`quick`/`q`) that provisions and deprovisions at once.

@@ -4,65 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::*;
+use brokkr_test_support::{RawServer, raw_server};
 
-/// A broker on loopback that answers every request with `head` (status line and headers)
-/// and then `chunks` chunks of `chunk` bytes each, `pause` apart, until the client hangs up;
-/// returns its URL and the count of body bytes it managed to write.
-async fn raw_broker(
-    head: &'static str,
-    chunk: usize,
-    chunks: usize,
-    pause: Duration,
-) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let counted = sent.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let counted = counted.clone();
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let data = vec![b' '; chunk];
-                for _ in 0..chunks {
-                    if socket.write_all(&data).await.is_err() {
-                        return;
-                    }
-                    counted.fetch_add(chunk, Ordering::SeqCst);
-                    if !pause.is_zero() {
-                        tokio::time::sleep(pause).await;
-                    }
-                }
-            });
-        }
-    });
-    (url, sent)
-}
+use super::*;
 
 const MIB: usize = 1 << 20;
 
 #[tokio::test]
 async fn a_catalog_longer_than_the_limit_is_cut_off_while_it_streams() {
     // 120 MiB without a Content-Length: the body ends when the broker hangs up.
-    let (url, sent) = raw_broker(
+    let RawServer { url, sent, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        64 << 10,
+        vec![b' '; 64 << 10],
         120 * 16,
         Duration::ZERO,
     )
@@ -93,9 +46,9 @@ async fn a_catalog_longer_than_the_limit_is_cut_off_while_it_streams() {
 
 #[tokio::test]
 async fn an_honest_content_length_over_the_limit_fails_before_the_body_is_read() {
-    let (url, sent) = raw_broker(
+    let RawServer { url, sent, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 125829120\r\n\r\n",
-        64 << 10,
+        vec![b' '; 64 << 10],
         120 * 16,
         Duration::from_millis(10),
     )
@@ -113,9 +66,9 @@ async fn an_honest_content_length_over_the_limit_fails_before_the_body_is_read()
 
 #[tokio::test]
 async fn other_answers_have_their_own_smaller_limit() {
-    let (url, _) = raw_broker(
+    let RawServer { url, .. } = raw_server(
         "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        64 << 10,
+        vec![b' '; 64 << 10],
         64,
         Duration::ZERO,
     )
@@ -133,9 +86,9 @@ async fn other_answers_have_their_own_smaller_limit() {
 
 #[tokio::test]
 async fn an_error_answer_too_long_to_read_keeps_its_status() {
-    let (url, _) = raw_broker(
+    let RawServer { url, .. } = raw_server(
         "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\r\n",
-        64 << 10,
+        vec![b' '; 64 << 10],
         64,
         Duration::ZERO,
     )
@@ -153,9 +106,9 @@ async fn an_error_answer_too_long_to_read_keeps_its_status() {
 #[tokio::test]
 async fn a_broker_that_trickles_its_answer_is_cut_off_at_the_timeout() {
     // One byte every 100 ms: no read ever waits long, the whole answer would take hours.
-    let (url, _) = raw_broker(
+    let RawServer { url, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        1,
+        vec![b' '; 1],
         100_000,
         Duration::from_millis(100),
     )
@@ -262,9 +215,9 @@ fn no_loopback() -> AddressFilter {
 
 #[tokio::test]
 async fn a_refused_address_is_never_connected_to() {
-    let (url, sent) = raw_broker(
+    let RawServer { url, sent, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n",
-        14,
+        vec![b' '; 14],
         1,
         Duration::ZERO,
     )
@@ -299,9 +252,9 @@ async fn a_refused_address_is_never_connected_to() {
 
 #[tokio::test]
 async fn an_address_in_the_url_is_checked_again_at_every_call() {
-    let (url, sent) = raw_broker(
+    let RawServer { url, sent, .. } = raw_server(
         "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n",
-        14,
+        vec![b' '; 14],
         2,
         Duration::ZERO,
     )
