@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use brokkr_test_support::PgSchema;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 
@@ -658,42 +659,6 @@ async fn a_sqlite_store_serves_one_process() {
     // The first broker is unaffected.
     let (status, _) = first.provision("after-refusal").await;
     assert_eq!(status, StatusCode::ACCEPTED);
-}
-
-/// A fresh schema on the local PostgreSQL server; the URL selects it. Dropped at the end.
-struct PgSchema {
-    admin: sqlx::AnyPool,
-    name: String,
-    url: String,
-}
-
-impl PgSchema {
-    async fn create() -> Self {
-        let base = std::env::var("BROKKR_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into());
-        sqlx::any::install_default_drivers();
-        let admin = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&base)
-            .await
-            .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        let sql = format!("CREATE SCHEMA \"{name}\"");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&admin)
-            .await
-            .expect("create schema");
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{name}");
-        Self { admin, name, url }
-    }
-
-    async fn drop_schema(self) {
-        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name);
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&self.admin)
-            .await;
-    }
 }
 
 /// Two replicas on one PostgreSQL schema, sharing the store's key, each with `setting` set.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use brokkr_broker::{Auth, Broker};
 use brokkr_engine::{Engine, EngineOptions};
+use brokkr_test_support::PgSchema;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -81,24 +82,8 @@ impl TestStore {
         let (url, schema) = match backend {
             Backend::Sqlite => (format!("sqlite://{}/brokkr.db", dir.path().display()), None),
             Backend::Postgres => {
-                let admin = std::env::var("BROKKR_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-                    "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into()
-                });
-                sqlx::any::install_default_drivers();
-                let pool = sqlx::any::AnyPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin)
-                    .await
-                    .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-                let sql = format!("CREATE SCHEMA \"{name}\"");
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(&pool)
-                    .await
-                    .unwrap();
-                let sep = if admin.contains('?') { '&' } else { '?' };
-                let url = format!("{admin}{sep}options=-c%20search_path%3D{name}");
-                (url, Some((pool, name)))
+                let PgSchema { admin, name, url } = PgSchema::create().await;
+                (url, Some((admin, name)))
             }
         };
         Self {

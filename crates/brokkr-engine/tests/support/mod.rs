@@ -7,6 +7,7 @@
 
 use brokkr_engine::store::SqlStore;
 use brokkr_engine::{Attrs, Key, OpKind, OpPlan, Operation, Resource};
+use brokkr_test_support::PgSchema;
 
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
@@ -31,25 +32,11 @@ impl Place {
                 schema: None,
             },
             Backend::Postgres => {
-                let admin = std::env::var("BROKKR_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-                    "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into()
-                });
-                sqlx::any::install_default_drivers();
-                let pool = sqlx::any::AnyPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin)
-                    .await
-                    .expect("PostgreSQL for tests (see scripts/test, BROKKR_TEST_POSTGRES_URL)");
-                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{name}\"")))
-                    .execute(&pool)
-                    .await
-                    .unwrap();
-                let sep = if admin.contains('?') { '&' } else { '?' };
+                let PgSchema { admin, name, url } = PgSchema::create().await;
                 Self {
-                    url: format!("{admin}{sep}options=-c%20search_path%3D{name}"),
+                    url,
                     _dir: dir,
-                    schema: Some((pool, name)),
+                    schema: Some((admin, name)),
                 }
             }
         }
