@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::CredentialsError;
+use crate::credentials::CredentialsError;
 
 /// What a binding Secret's `type` starts with; the credentials' `type` entry follows.
 pub const SECRET_TYPE_PREFIX: &str = "servicebinding.io/";
@@ -24,7 +24,7 @@ pub struct BindingSecret {
 }
 
 impl BindingSecret {
-    /// The Secret for `credentials` (already checked with [`crate::validate`]); it needs a
+    /// The Secret for `credentials` (already checked with [`crate::credentials::validate`]); it needs a
     /// string `type` entry to name the Secret's type.
     pub fn from_credentials(credentials: &Map<String, Value>) -> Result<Self, CredentialsError> {
         let Some(kind) = credentials.get("type").and_then(Value::as_str) else {
