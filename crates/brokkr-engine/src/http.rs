@@ -147,7 +147,7 @@ fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
 /// The wait before trying again when the answer gives none: from 1 s, growing with the time the
 /// step has been tried, up to 60 s.
 fn backoff(started_at: i64) -> Duration {
-    let elapsed = u64::try_from(crate::now_ms() - started_at).unwrap_or(0);
+    let elapsed = u64::try_from(crate::clock::now_ms() - started_at).unwrap_or(0);
     Duration::from_millis((elapsed / 2).clamp(1_000, 60_000))
 }
 

@@ -11,8 +11,10 @@
 //! - [`store`]: the [`Store`] trait and its SQL implementation for SQLite and PostgreSQL;
 //! - [`runner`]: the [`Engine`]: step execution, leases, recovery, deadlines, and the janitor
 //!   that retries steps a deprovision or unbind left behind;
-//! - [`step`]: step kinds written in Rust; [`http`]: the built-in `http` step kind.
+//! - [`step`]: step kinds written in Rust; [`http`]: the built-in `http` step kind;
+//! - [`clock`]: [`now_ms`], the time unit of the store.
 
+pub mod clock;
 pub mod crypto;
 pub mod http;
 pub mod metrics;
@@ -22,6 +24,7 @@ pub mod step;
 pub mod store;
 
 pub use brokkr_blueprint::evaluate::EvaluationError;
+pub use clock::now_ms;
 pub use model::{
     Action, Attrs, Event, Key, OpKind, OpPlan, OpStep, Operation, Orphan, Outputs, PlanError,
     PreviousOperation, Resource, Status, TargetAction, Update,
@@ -31,11 +34,3 @@ pub use store::{NewStatus, Store, StoreError, connect, redact_url};
 
 /// Step kinds every engine offers, besides those registered with [`Engine::register`].
 pub const BUILT_IN_STEP_KINDS: &[&str] = &[http::NAME];
-
-/// Milliseconds since the Unix epoch, the time unit of the store.
-pub fn now_ms() -> i64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
-}

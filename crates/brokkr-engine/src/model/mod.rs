@@ -131,7 +131,7 @@ impl Operation {
         owner: &str,
         lease_ms: i64,
     ) -> Self {
-        let now = crate::now_ms();
+        let now = crate::clock::now_ms();
         let description = match plan.steps.first() {
             Some(step) => format!(
                 "{}: step 1/{} '{}' in progress",
@@ -219,7 +219,7 @@ impl Resource {
             dashboard_url: None,
             op,
             previous: None,
-            created_at: crate::now_ms(),
+            created_at: crate::clock::now_ms(),
             deleted_at: None,
         }
     }

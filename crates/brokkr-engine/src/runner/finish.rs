@@ -5,9 +5,9 @@ use tracing::{info, warn};
 
 use super::failure::{Failure, RunError};
 use super::{Engine, ms};
+use crate::clock::now_ms;
 use crate::metrics::OperationLabels;
 use crate::model::{Event, Key, OpKind, Resource, Status};
-use crate::now_ms;
 use crate::store::{Finish, StoreError};
 
 impl Engine {

@@ -15,9 +15,9 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::steps::Outcome;
 use super::{Engine, EngineOptions, ms};
+use crate::clock::now_ms;
 use crate::metrics::{JanitorLabels, OrphanLabels};
 use crate::model::{Key, OpPlan, OpStep, Operation, Orphan, OrphanContext, Resource, ResourceCopy};
-use crate::now_ms;
 use crate::store::StoreError;
 
 /// Most orphans one sweep claims.

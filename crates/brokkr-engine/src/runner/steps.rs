@@ -14,9 +14,9 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::failure::{Failure, RunError, Skip, StepFailure};
 use super::{Engine, ms};
+use crate::clock::now_ms;
 use crate::metrics::StepLabels;
 use crate::model::{Action, Key, OpKind, OpStep, Operation, Resource};
-use crate::now_ms;
 use crate::step::{StepContext, StepOutcome};
 use crate::store::StoreError;
 

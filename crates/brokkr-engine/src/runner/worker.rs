@@ -9,8 +9,8 @@ use std::time::Duration;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Engine, ms};
+use crate::clock::now_ms;
 use crate::model::{Key, Resource};
-use crate::now_ms;
 use crate::store::StoreError;
 
 impl Engine {

@@ -32,7 +32,7 @@ impl SqlStore {
                  ORDER BY op_next_run_at LIMIT $4 {lock}) \
              RETURNING instance_id, binding_id"
         );
-        let now = crate::now_ms();
+        let now = crate::clock::now_ms();
         if let (Some(writer), Some(view)) = (&self.writer, &self.view) {
             // A change of the rows the view may show: the writer's, and forgotten there once
             // it is committed.

@@ -204,7 +204,7 @@ impl SqlStore {
         f: &Finish,
         events: &[Event],
     ) -> Result<bool, StoreError> {
-        let now = crate::now_ms();
+        let now = crate::clock::now_ms();
         let state = if f.succeeded {
             OperationState::Succeeded
         } else {

@@ -122,7 +122,7 @@ impl SqlStore {
         let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(owner)
             .bind(lease_until)
-            .bind(crate::now_ms())
+            .bind(crate::clock::now_ms())
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
