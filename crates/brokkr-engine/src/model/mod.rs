@@ -1,7 +1,8 @@
 //! What the store keeps: resources (instances and bindings), each with its current operation.
 //!
 //! - this module: [`Resource`], [`Operation`], their states and event log, and [`Orphan`]s;
-//! - `plan`: what an operation runs, [`OpPlan`] and its [`OpStep`]s;
+//! - `plan`: what an operation runs, [`OpPlan`] and its [`OpStep`]s, taken from the blueprint
+//!   phase its [`OpKind`] names;
 //! - `state`: a resource's [`Attrs`] and [`Outputs`], and the [`Update`] an update makes.
 
 use brokkr_osb::OperationState;
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 mod plan;
 mod state;
 
-pub use plan::{Action, OpPlan, OpStep, PlanError, TargetAction};
+pub use plan::{Action, OpKind, OpPlan, OpStep, PlanError, TargetAction};
 pub use state::{Attrs, Outputs, Skipped, Update};
 
 /// Identifies an instance (`binding_id` is `None`) or one of its bindings.
@@ -84,9 +85,6 @@ impl Status {
         })
     }
 }
-
-/// The kind of an operation: the blueprint phase whose steps it runs.
-pub use brokkr_blueprint::Phase as OpKind;
 
 /// The current (or last) operation of a resource.
 #[derive(Debug, Clone, PartialEq)]

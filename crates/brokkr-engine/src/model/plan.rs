@@ -1,4 +1,5 @@
-//! What an operation runs, fixed when it starts: its [`OpPlan`] of [`OpStep`]s.
+//! What an operation runs, fixed when it starts: its [`OpPlan`] of [`OpStep`]s, taken from the
+//! blueprint phase that its [`OpKind`] names.
 //!
 //! The engine keeps its own step type rather than the blueprint's file schema: a step's action
 //! is an enum ([`Action`]), and an operation stored by one version of brokkr reads back the same
@@ -13,7 +14,8 @@ use brokkr_blueprint::{PlanEntry, Step};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::OpKind;
+/// The kind of an operation: the blueprint phase whose steps it runs.
+pub use brokkr_blueprint::Phase as OpKind;
 
 /// What an operation will do, fixed when it starts: a later configuration change does not alter
 /// a running operation.
