@@ -7,7 +7,7 @@ use brokkr_blueprint::{TargetConfig, TargetKind};
 use serde_json::Value;
 use url::Url;
 
-use crate::TargetError;
+use crate::target::TargetError;
 
 /// An admin connection URL. Its `Debug` and `Display` forms hide the password.
 #[derive(Clone)]

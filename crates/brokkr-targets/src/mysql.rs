@@ -38,9 +38,11 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{AssertSqlSafe, Connection, Executor};
 use tracing::warn;
 
+use crate::admin_url::AdminUrl;
 use crate::owner::{Owner, Record};
 use crate::sql::{Access, admin_options, classify, connect_within};
-use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_name, check_secret, parse};
+use crate::target::{Readiness, Scope, Target, TargetError};
+use crate::{check_name, check_secret, parse};
 
 /// MySQL's database name limit.
 const MAX_DATABASE: usize = 64;

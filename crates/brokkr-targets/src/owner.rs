@@ -14,7 +14,7 @@ use brokkr_blueprint::NamesKey;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::{Scope, TargetError};
+use crate::target::{Scope, TargetError};
 
 /// The version of records that carry marks.
 const MARKED: u32 = 2;

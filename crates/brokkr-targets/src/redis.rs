@@ -41,8 +41,10 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tracing::warn;
 
+use crate::admin_url::AdminUrl;
 use crate::owner::{Owner, Record};
-use crate::{AdminUrl, Readiness, Scope, Target, TargetError, check_secret, parse};
+use crate::target::{Readiness, Scope, Target, TargetError};
+use crate::{check_secret, parse};
 
 /// Longest prefix or user name accepted.
 const MAX_NAME: usize = 128;

@@ -3,7 +3,8 @@
 
 use serde::Deserialize;
 
-use crate::{AdminUrl, TargetError};
+use crate::admin_url::AdminUrl;
+use crate::target::TargetError;
 
 /// What a binding's user may do in its instance's database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -14,7 +14,7 @@ use super::names::{
     BINDING, INSTANCE, MANAGED_BY, MANAGER, STEP, annotations, label_value, labels, merge_into,
 };
 use super::{Kubernetes, ObjectRef, RefMeta};
-use crate::{Scope, Target, TargetError};
+use crate::target::{Scope, Target, TargetError};
 
 /// How many apply answers are kept for the readiness checks that follow them.
 const APPLIED_KEPT: usize = 4096;

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::names::{CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PVC_POLICY, label_value, merge_into};
 use super::{Kubernetes, watch};
-use crate::{Scope, TargetError};
+use crate::target::{Scope, TargetError};
 
 /// Labels the volume claim templates of `statefulset` (a rendered StatefulSet named `name`)
 /// with the managed-by and instance labels and `brokkr.dev/claim-of`.

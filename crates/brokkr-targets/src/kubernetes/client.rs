@@ -9,7 +9,7 @@ use kube::discovery::Scope as KubeScope;
 use kube::{Client, Config};
 
 use super::Kubernetes;
-use crate::TargetError;
+use crate::target::TargetError;
 
 /// What every request to the cluster says it comes from.
 const USER_AGENT: &str = concat!("brokkr/", env!("CARGO_PKG_VERSION"));

@@ -50,7 +50,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 use tracing::info;
 
-use crate::{Readiness, Scope, Target, TargetError};
+use crate::target::{Readiness, Scope, Target, TargetError};
 
 mod apply;
 mod claims;

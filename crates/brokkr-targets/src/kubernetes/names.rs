@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::Scope;
+use crate::target::Scope;
 
 /// The field manager of every server-side apply.
 pub const MANAGER: &str = "brokkr";

@@ -12,7 +12,7 @@ use super::names::{
     step_annotation,
 };
 use super::{Kubernetes, Located};
-use crate::{Scope, TargetError};
+use crate::target::{Scope, TargetError};
 
 impl Kubernetes {
     /// Creates the per-instance namespace if needed and records that `scope.step` uses it.

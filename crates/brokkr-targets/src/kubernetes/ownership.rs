@@ -7,7 +7,7 @@ use tracing::warn;
 
 use super::names::{BINDING, INSTANCE};
 use super::{Kubernetes, Located};
-use crate::{Scope, TargetError};
+use crate::target::{Scope, TargetError};
 
 impl Kubernetes {
     /// Whether `name` exists and was created by brokkr for `scope` (its instance and binding

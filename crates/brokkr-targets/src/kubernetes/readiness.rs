@@ -16,7 +16,7 @@
 use jsonpath_rust::JsonPath;
 use serde_json::Value;
 
-use crate::Readiness;
+use crate::target::Readiness;
 
 /// Applies the built-in rule for `kind` to a live object. An error says the object failed for
 /// good (a Job's `Failed` condition).

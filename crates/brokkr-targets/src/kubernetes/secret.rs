@@ -10,10 +10,10 @@ use serde_json::{Map, Value, json};
 
 use super::names::{MANAGER, annotations, is_dns_subdomain, labels, merge_into};
 use super::{Kubernetes, Located, watch};
-use crate::{Scope, TargetError};
+use crate::target::{Scope, TargetError};
 
 impl Kubernetes {
-    /// Writes the binding Secret `name` (see [`crate::Target::publish_credentials`]).
+    /// Writes the binding Secret `name` (see [`crate::target::Target::publish_credentials`]).
     pub(super) async fn write_binding_secret(
         &self,
         name: &str,
@@ -65,7 +65,7 @@ impl Kubernetes {
         Ok(json!({"namespace": ns, "name": name}))
     }
 
-    /// Deletes the binding Secret `name` (see [`crate::Target::unpublish_credentials`]).
+    /// Deletes the binding Secret `name` (see [`crate::target::Target::unpublish_credentials`]).
     pub(super) async fn delete_binding_secret(
         &self,
         name: &str,

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use tracing::debug;
 
 use super::{Kubernetes, Located, readiness};
-use crate::{Readiness, TargetError};
+use crate::target::{Readiness, TargetError};
 
 /// How long one watch lasts by default before the call answers `waiting`.
 pub(super) const WATCH_FOR: Duration = Duration::from_secs(10);

@@ -35,7 +35,8 @@ use brokkr_blueprint::TargetConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::{Readiness, Scope, Target, TargetError, parse};
+use crate::parse;
+use crate::target::{Readiness, Scope, Target, TargetError};
 
 pub mod engines;
 mod supervisor;
