@@ -40,9 +40,9 @@ use tracing::warn;
 
 use crate::admin_url::AdminUrl;
 use crate::owner::{Owner, Record};
+use crate::resource::{check_name, check_secret, parse};
 use crate::sql::{Access, admin_options, classify, connect_within};
 use crate::target::{Readiness, Scope, Target, TargetError};
-use crate::{check_name, check_secret, parse};
 
 /// MySQL's database name limit.
 const MAX_DATABASE: usize = 64;

@@ -49,9 +49,9 @@ use tracing::warn;
 
 use crate::admin_url::AdminUrl;
 use crate::owner::{Owner, Record};
+use crate::resource::{check_name, check_secret, parse};
 use crate::sql::{Access, admin_options, classify, connect_within, has_code};
 use crate::target::{Readiness, Scope, Target, TargetError};
-use crate::{check_name, check_secret, parse};
 
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
 const MAX_NAME: usize = 63;

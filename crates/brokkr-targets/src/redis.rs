@@ -43,8 +43,8 @@ use tracing::warn;
 
 use crate::admin_url::AdminUrl;
 use crate::owner::{Owner, Record};
+use crate::resource::{check_secret, parse};
 use crate::target::{Readiness, Scope, Target, TargetError};
-use crate::{check_secret, parse};
 
 /// Longest prefix or user name accepted.
 const MAX_NAME: usize = 128;

@@ -35,7 +35,7 @@ use brokkr_blueprint::TargetConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::parse;
+use crate::resource::parse;
 use crate::target::{Readiness, Scope, Target, TargetError};
 
 pub mod engines;
