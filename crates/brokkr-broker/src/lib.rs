@@ -17,6 +17,7 @@ pub mod auth;
 pub mod bindings;
 pub mod body;
 mod creation;
+mod credentials;
 pub mod error;
 pub mod headers;
 pub mod instances;
@@ -38,7 +39,7 @@ use axum::routing::get;
 use brokkr_blueprint::Config;
 use brokkr_engine::Engine;
 
-pub use auth::Auth;
+pub use credentials::Auth;
 
 /// Default largest request body.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
