@@ -23,6 +23,7 @@ pub mod headers;
 pub mod instances;
 pub mod metrics;
 mod operations;
+mod registry;
 mod request;
 mod response;
 pub mod server;

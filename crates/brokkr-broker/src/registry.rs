@@ -1,0 +1,79 @@
+//! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
+//! their latency and open connections, beside the engine's operation, step and orphan families.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of an HTTP request. The route is the matched pattern, never the ids in the path.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+/// The broker's registry and HTTP metric families.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram>,
+    /// Open HTTP connections (see [`crate::server`]).
+    pub(crate) connections: Gauge,
+}
+
+impl Metrics {
+    /// A registry with the HTTP families and the engine's.
+    pub fn new(engine: &brokkr_engine::Engine) -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+        });
+        registry.register(
+            "brokkr_http_requests",
+            "HTTP requests by method, route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "brokkr_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            latency.clone(),
+        );
+        let connections = Gauge::default();
+        registry.register(
+            "brokkr_http_connections",
+            "Open HTTP connections",
+            connections.clone(),
+        );
+        engine.metrics().register(&mut registry);
+        Self {
+            registry,
+            requests,
+            latency,
+            connections,
+        }
+    }
+
+    /// Counts a request answered with `status` and observes the `seconds` it took.
+    pub(crate) fn record_request(&self, method: String, route: String, status: u16, seconds: f64) {
+        let labels = RequestLabels {
+            method,
+            route,
+            status,
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// The registry in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+}
