@@ -15,8 +15,8 @@ use axum::routing::get;
 use brokkr_engine::{Operation, Orphan, Resource, Status};
 use serde_json::{Value, json};
 
-use crate::AppState;
 use crate::body::Query;
+use crate::broker::AppState;
 use crate::error::ApiError;
 use crate::response::{ApiResult, json_response};
 

@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
+use crate::broker::AppState;
 use crate::error::ApiError;
 
 pub use crate::credentials::{Auth, Digest32, digest};

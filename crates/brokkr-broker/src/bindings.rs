@@ -18,6 +18,7 @@ use time::OffsetDateTime;
 use tracing::info;
 
 use crate::body::{Query, check_id};
+use crate::broker::{AppState, Broker};
 use crate::creation::{Creation, create};
 use crate::error::ApiError;
 use crate::operations::{
@@ -26,7 +27,6 @@ use crate::operations::{
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
-use crate::{AppState, Broker};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()

@@ -14,7 +14,7 @@ use brokkr_engine::store::{Created, NewStatus};
 use brokkr_engine::{Resource, Status};
 use tracing::info;
 
-use crate::Broker;
+use crate::broker::Broker;
 use crate::error::ApiError;
 use crate::operations::{accepted, wait_sync};
 use crate::response::ApiResult;

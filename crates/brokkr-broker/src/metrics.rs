@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
+use crate::broker::AppState;
 
 pub use crate::registry::{Metrics, RequestLabels};
 

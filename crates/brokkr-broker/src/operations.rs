@@ -11,9 +11,9 @@ use brokkr_engine::{Key, OpKind, OpPlan, OpStep, Operation, PlanError, Resource,
 use brokkr_osb::OperationState;
 use brokkr_osb::messages::{AsyncResponse, LastOperation};
 
+use crate::broker::{Broker, DEFAULT_DEADLINE};
 use crate::error::ApiError;
 use crate::response::{ApiResult, json_response};
-use crate::{Broker, DEFAULT_DEADLINE};
 
 /// Which steps a new operation runs.
 pub(crate) enum Steps {

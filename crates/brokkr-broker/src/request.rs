@@ -8,8 +8,8 @@ use axum::http::HeaderMap;
 use brokkr_blueprint::PlanEntry;
 use serde_json::{Map, Value};
 
-use crate::Broker;
 use crate::body::{Query, read_json};
+use crate::broker::Broker;
 use crate::error::ApiError;
 
 /// Reads what every mutating request carries: `accepts_incomplete` and a JSON body.

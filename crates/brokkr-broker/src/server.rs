@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tower::ServiceExt as _;
 use tracing::{debug, warn};
 
-use crate::AppState;
+use crate::broker::AppState;
 
 /// Default cap on open connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
