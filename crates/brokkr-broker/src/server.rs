@@ -68,7 +68,7 @@ impl Default for ServerLimits {
     }
 }
 
-/// Serves the broker's [`crate::router`] on `listener` within `limits` until `shutdown`
+/// Serves the broker's [`router`](crate::app::router) on `listener` within `limits` until `shutdown`
 /// completes, then drains: requests in flight finish, idle connections close.
 pub async fn serve(
     listener: TcpListener,
@@ -76,7 +76,7 @@ pub async fn serve(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let router = crate::router(broker.clone());
+    let router = crate::app::router(broker.clone());
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
