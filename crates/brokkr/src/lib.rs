@@ -29,38 +29,16 @@ mod commands;
 mod config;
 mod reload;
 mod secrets;
+mod step_kinds;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
 use commands::{bench, catalog, check, controller, crds, osb, render, serve, store};
 
 pub use brokkr_engine::step;
-use brokkr_engine::step::StepKind;
-
-/// Step kinds written in Rust and compiled into a brokkr binary, by the name blueprints `run`.
-#[derive(Clone, Default)]
-pub struct StepKinds(Vec<(String, Arc<dyn StepKind>)>);
-
-impl StepKinds {
-    /// No step kinds.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds `kind` under `name`.
-    pub fn with(mut self, name: &str, kind: Arc<dyn StepKind>) -> Self {
-        self.0.push((name.to_owned(), kind));
-        self
-    }
-
-    /// The names, in the order they were added.
-    fn names(&self) -> Vec<String> {
-        self.0.iter().map(|(name, _)| name.clone()).collect()
-    }
-}
+pub use step_kinds::StepKinds;
 
 /// The commit this binary was built from (build.rs; `unknown` without git or `BROKKR_COMMIT`).
 pub const COMMIT: &str = env!("BROKKR_COMMIT");

@@ -79,7 +79,7 @@ pub(crate) enum LogFormat {
 }
 
 /// Runs the broker until SIGTERM or Ctrl-C, then drains requests and stops the engine.
-pub async fn run(args: ServeArgs, kinds: crate::StepKinds) -> Result<()> {
+pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result<()> {
     init_logging(args.log_format);
     let config = crate::config::load_config(args.config.as_deref())?;
     let mut available = kinds.names();
