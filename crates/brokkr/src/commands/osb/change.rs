@@ -7,11 +7,9 @@ use brokkr_osb::messages::{BindRequest, ProvisionRequest, UpdateRequest};
 use brokkr_osb::{OperationState, Plan};
 use serde_json::{Map, Value, json};
 
+use super::args::{PlanArgs, RequestArgs, WaitArgs, parameters, required};
+use super::broker::{Broker, Target, explain, wait_showing_progress};
 use super::output::{Format, Table, print};
-use super::{
-    Broker, PlanArgs, RequestArgs, Target, WaitArgs, explain, parameters, required,
-    wait_showing_progress,
-};
 
 /// The outcome of a request that changes something, as printed.
 struct Outcome<'a> {
