@@ -42,7 +42,7 @@ pub mod engines;
 mod supervisor;
 
 pub use engines::{Engine, Limits};
-use supervisor::{Account, MAX_FAILED_STARTS, Saved, Starts, Supervisor};
+use supervisor::{Account, MAX_FAILED_STARTS, Saved, Starts, Supervisor, free_port};
 
 /// Longest server name (a directory name).
 const MAX_NAME: usize = 63;
@@ -199,16 +199,6 @@ fn given_up(name: &str, starts: &Starts) -> String {
         starts.failed,
         starts.last_error.as_deref().unwrap_or("")
     )
-}
-
-/// A free TCP port on 127.0.0.1 right now.
-fn free_port() -> Result<u16, TargetError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| TargetError::Unavailable(format!("no free loopback port: {e}")))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| TargetError::Unavailable(e.to_string()))?;
-    Ok(port.port())
 }
 
 /// A fresh admin password: 32 letters and digits from the operating system's random source.

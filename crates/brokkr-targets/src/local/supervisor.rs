@@ -31,6 +31,7 @@ use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use super::engines::{Engine, Limits};
+use crate::target::TargetError;
 
 /// How often a server's process is looked at.
 const WATCH: Duration = Duration::from_millis(250);
@@ -222,7 +223,7 @@ impl Server {
         if saved.answered_once || !output.contains("already in use") {
             return;
         }
-        match super::free_port() {
+        match free_port() {
             Ok(port) => {
                 warn!(server = %self.name, taken = saved.port, port, "local server's port is taken; moving it");
                 saved.port = port;
@@ -575,6 +576,16 @@ impl Supervisor {
             info!(server = %server.name, "local server stopped");
         }
     }
+}
+
+/// A free TCP port on 127.0.0.1 right now.
+pub(super) fn free_port() -> Result<u16, TargetError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| TargetError::Unavailable(format!("no free loopback port: {e}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| TargetError::Unavailable(e.to_string()))?;
+    Ok(port.port())
 }
 
 /// Watches `server` until it is stopped on purpose: starts it when it is not running (waiting
