@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use super::claims::label_claim_templates;
+use super::cluster::{Kubernetes, ObjectRef, RefMeta};
 use super::names::{
     BINDING, INSTANCE, MANAGED_BY, MANAGER, STEP, annotations, label_value, labels, merge_into,
 };
-use super::{Kubernetes, ObjectRef, RefMeta};
 use crate::target::{Scope, Target, TargetError};
 
 /// How many apply answers are kept for the readiness checks that follow them.

@@ -9,8 +9,9 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
+use super::cluster::Kubernetes;
 use super::names::{CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PVC_POLICY, label_value, merge_into};
-use super::{Kubernetes, watch};
+use super::watch;
 use crate::target::{Scope, TargetError};
 
 /// Labels the volume claim templates of `statefulset` (a rendered StatefulSet named `name`)

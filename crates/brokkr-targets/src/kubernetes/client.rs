@@ -3,30 +3,16 @@
 
 use std::time::Duration;
 
-use kube::api::{ApiResource, GroupVersionKind};
+use kube::api::GroupVersionKind;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Scope as KubeScope;
 use kube::{Client, Config};
 
-use super::Kubernetes;
+use super::cluster::{Kind, Kubernetes};
 use crate::target::TargetError;
 
 /// What every request to the cluster says it comes from.
 const USER_AGENT: &str = concat!("brokkr/", env!("CARGO_PKG_VERSION"));
-/// Where the client's configuration comes from.
-pub(super) struct Source {
-    pub(super) kubeconfig: Option<String>,
-    pub(super) context: Option<String>,
-    pub(super) timeout: Duration,
-}
-
-/// A resolved kind.
-#[derive(Clone)]
-pub(super) struct Kind {
-    pub(super) resource: ApiResource,
-    pub(super) namespaced: bool,
-}
-
 impl Kubernetes {
     pub(super) async fn client(&self) -> Result<&Client, TargetError> {
         self.client

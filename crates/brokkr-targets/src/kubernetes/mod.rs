@@ -29,25 +29,20 @@
 //! `servicebinding.io/<type>` in the instance's namespace ([`Target::publish_credentials`]),
 //! with the entries [`brokkr_servicebinding::BindingSecret`] gives.
 //!
-//! This module holds the target and its [`Target`] implementation; the rest lives by idea:
-//! `client` (the client and kind discovery), `apply` (stamping, applying and pruning),
+//! This module implements [`Target`] for the target, [`Kubernetes`]; the rest lives by idea:
+//! `cluster` (the target itself, the objects it names and where they live), `client` (the
+//! client and kind discovery), `apply` (stamping, applying and pruning),
 //! `ownership` (never taking over or deleting another's object), `claims` (the PVC policy),
 //! `watch` (waiting for readiness or deletion by watching), `namespace` (the per-instance
 //! namespace), `secret` (the binding Secret), `names` (labels, annotations and names) and
 //! [`readiness`] (the rules).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use brokkr_blueprint::{NamespacePolicy, PvcPolicy, TargetConfig};
-use kube::Client;
-use kube::api::{Api, DynamicObject};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
-use tokio::sync::OnceCell;
+use brokkr_blueprint::{NamespacePolicy, PvcPolicy};
+use serde_json::{Map, Value};
 use tracing::info;
 
 use crate::target::{Readiness, Scope, Target, TargetError};
@@ -55,6 +50,7 @@ use crate::target::{Readiness, Scope, Target, TargetError};
 mod apply;
 mod claims;
 mod client;
+mod cluster;
 mod names;
 mod namespace;
 mod ownership;
@@ -62,240 +58,11 @@ pub mod readiness;
 mod secret;
 mod watch;
 
-use client::{Kind, Source};
+pub use cluster::{Kubernetes, facts};
 pub use names::{
     BINDING, CLAIM_OF, INSTANCE, MANAGED_BY, MANAGER, PLAN, PVC_POLICY, SERVICE, STEP,
     instance_namespace, label_value,
 };
-
-/// What templates see about a kubernetes target: `kind` and the namespace policy.
-pub fn facts(target: &TargetConfig) -> Value {
-    let namespace = match &target.namespace {
-        Some(NamespacePolicy::Fixed(ns)) => json!({"fixed": ns}),
-        Some(NamespacePolicy::PerInstance) => json!("per-instance"),
-        Some(NamespacePolicy::FromContext) | None => json!("from-context"),
-    };
-    json!({"kind": "kubernetes", "namespace": namespace})
-}
-
-/// A Kubernetes cluster.
-pub struct Kubernetes {
-    name: String,
-    source: Source,
-    client: OnceCell<Client>,
-    namespace: NamespacePolicy,
-    pvc_policy: PvcPolicy,
-    kinds: Mutex<HashMap<(String, String), Kind>>,
-    /// How long one watch for readiness or deletion lasts before the call answers.
-    watch_for: Duration,
-    /// The objects as the API server answered their last apply, until the readiness check that
-    /// follows reads them from here instead of asking again.
-    applied: Mutex<HashMap<String, DynamicObject>>,
-}
-
-/// The identity of a rendered object.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ObjectRef {
-    api_version: String,
-    kind: String,
-    #[serde(default)]
-    metadata: RefMeta,
-    /// Readiness checks and reads name the object at the top level.
-    #[serde(default)]
-    name: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RefMeta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-}
-
-impl ObjectRef {
-    fn name(&self) -> &str {
-        self.metadata
-            .name
-            .as_deref()
-            .or(self.name.as_deref())
-            .unwrap_or_default()
-    }
-
-    fn describe(&self) -> String {
-        format!("{} {}", self.kind, self.name())
-    }
-}
-
-/// A live object's place: its API and name.
-struct Located {
-    api: Api<DynamicObject>,
-    namespace: Option<String>,
-    what: String,
-}
-
-impl Kubernetes {
-    /// A target for the cluster `config` describes. The client is built on first use, so a
-    /// cluster that cannot be reached stops no one from starting.
-    pub fn new(name: &str, config: &TargetConfig) -> Self {
-        Self {
-            name: name.to_owned(),
-            source: Source {
-                kubeconfig: config.kubeconfig.clone(),
-                context: config.context.clone(),
-                timeout: config.timeout.unwrap_or(Duration::from_secs(10)),
-            },
-            client: OnceCell::new(),
-            namespace: config
-                .namespace
-                .clone()
-                .unwrap_or(NamespacePolicy::FromContext),
-            pvc_policy: config.pvc_policy.unwrap_or(PvcPolicy::Delete),
-            kinds: Mutex::new(HashMap::new()),
-            watch_for: watch::WATCH_FOR,
-            applied: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// A target that uses `client` (tests, embedding).
-    pub fn with_client(
-        name: &str,
-        client: Client,
-        namespace: NamespacePolicy,
-        pvc_policy: PvcPolicy,
-    ) -> Self {
-        Self {
-            name: name.to_owned(),
-            source: Source {
-                kubeconfig: None,
-                context: None,
-                timeout: Duration::from_secs(10),
-            },
-            client: OnceCell::new_with(Some(client)),
-            namespace,
-            pvc_policy,
-            kinds: Mutex::new(HashMap::new()),
-            watch_for: watch::WATCH_FOR,
-            applied: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// How long one watch for an object's readiness or deletion lasts before the call answers
-    /// `waiting` and the engine asks again (default 10 s).
-    pub fn watching_for(mut self, watch_for: Duration) -> Self {
-        self.watch_for = watch_for;
-        self
-    }
-
-    fn invalid(&self, message: impl std::fmt::Display) -> TargetError {
-        TargetError::Invalid(format!("kubernetes target {}: {message}", self.name))
-    }
-
-    /// Classifies an API error: conflicts, throttling, server errors and transport errors may
-    /// pass; the rest (refused, forbidden, not found, an apply the server cannot merge) will not.
-    fn error(&self, doing: &str, e: kube::Error) -> TargetError {
-        match e {
-            kube::Error::Api(status) => {
-                let message = format!(
-                    "kubernetes target {}: {doing}: {} ({} {})",
-                    self.name, status.message, status.code, status.reason
-                );
-                // A server-side apply whose object the server cannot merge (a list entry
-                // without its key field, such as a port without `protocol` before Kubernetes
-                // 1.21) comes back as a 500, yet no retry will ever pass.
-                let unmergeable = status
-                    .message
-                    .starts_with("failed to create typed patch object");
-                match status.code {
-                    500 if unmergeable => TargetError::Invalid(message),
-                    409 | 429 | 500.. => TargetError::Unavailable(message),
-                    _ => TargetError::Invalid(message),
-                }
-            }
-            other => TargetError::Unavailable(format!(
-                "kubernetes target {}: {doing}: {other}",
-                self.name
-            )),
-        }
-    }
-
-    fn object_ref(&self, value: &Value) -> Result<ObjectRef, TargetError> {
-        let r: ObjectRef = serde_json::from_value(value.clone()).map_err(|e| {
-            self.invalid(format!("an object needs apiVersion, kind and a name: {e}"))
-        })?;
-        if r.name().is_empty() {
-            return Err(self.invalid(format!("{} has no name", r.kind)));
-        }
-        Ok(r)
-    }
-
-    /// The namespace of the instance's namespaced objects.
-    fn namespace(&self, scope: &Scope<'_>) -> Result<String, TargetError> {
-        match &self.namespace {
-            NamespacePolicy::Fixed(ns) => Ok(ns.clone()),
-            NamespacePolicy::FromContext => scope.context["namespace"]
-                .as_str()
-                .filter(|ns| !ns.is_empty())
-                .map(str::to_owned)
-                .ok_or_else(|| {
-                    self.invalid(
-                        "the OSB context has no `namespace` (the target's namespace policy is \
-                         from-context)",
-                    )
-                }),
-            NamespacePolicy::PerInstance => Ok(instance_namespace(scope.instance_id)),
-        }
-    }
-
-    /// Where `r` lives: its API, resolved kind and namespace.
-    async fn locate(&self, r: &ObjectRef, scope: &Scope<'_>) -> Result<Located, TargetError> {
-        let client = self.client().await?;
-        let kind = self.kind(client, &r.api_version, &r.kind).await?;
-        let what = r.describe();
-        if !kind.namespaced {
-            let api = Api::all_with(client.clone(), &kind.resource);
-            return Ok(Located {
-                api,
-                namespace: None,
-                what,
-            });
-        }
-        let ns = self.namespace(scope)?;
-        if let Some(given) = &r.metadata.namespace
-            && *given != ns
-        {
-            return Err(self.invalid(format!(
-                "{what} sets metadata.namespace {given:?}, but the target places the instance's \
-                 objects in {ns:?}; remove metadata.namespace"
-            )));
-        }
-        let api = Api::namespaced_with(client.clone(), &ns, &kind.resource);
-        Ok(Located {
-            api,
-            namespace: Some(ns),
-            what,
-        })
-    }
-
-    /// The key of an object in [`Self::applied`].
-    fn object_key(at: &Located, r: &ObjectRef) -> String {
-        format!(
-            "{}/{}/{}/{}",
-            at.namespace.as_deref().unwrap_or_default(),
-            r.api_version,
-            r.kind,
-            r.name()
-        )
-    }
-
-    async fn get(&self, at: &Located, name: &str) -> Result<Option<DynamicObject>, TargetError> {
-        at.api
-            .get_opt(name)
-            .await
-            .map_err(|e| self.error(&format!("reading {}", at.what), e))
-    }
-}
 
 #[async_trait]
 impl Target for Kubernetes {

@@ -7,11 +7,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Map, json};
 use tracing::info;
 
+use super::cluster::{Kubernetes, Located};
 use super::names::{
     INSTANCE, MANAGED_BY, MANAGER, STEP_ANNOTATION, instance_namespace, label_value,
     step_annotation,
 };
-use super::{Kubernetes, Located};
 use crate::target::{Scope, TargetError};
 
 impl Kubernetes {

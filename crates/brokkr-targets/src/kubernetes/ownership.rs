@@ -5,8 +5,8 @@
 use kube::api::{DeleteParams, DynamicObject, Preconditions};
 use tracing::warn;
 
+use super::cluster::{Kubernetes, Located};
 use super::names::{BINDING, INSTANCE};
-use super::{Kubernetes, Located};
 use crate::target::{Scope, TargetError};
 
 impl Kubernetes {

@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
+use super::cluster::{Kubernetes, Located};
 use super::names::{MANAGER, annotations, is_dns_subdomain, labels, merge_into};
-use super::{Kubernetes, Located, watch};
+use super::watch;
 use crate::target::{Scope, TargetError};
 
 impl Kubernetes {

@@ -17,11 +17,10 @@ use kube::{Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use tracing::debug;
 
-use super::{Kubernetes, Located, readiness};
+use super::cluster::{Kubernetes, Located};
+use super::readiness;
 use crate::target::{Readiness, TargetError};
 
-/// How long one watch lasts by default before the call answers `waiting`.
-pub(super) const WATCH_FOR: Duration = Duration::from_secs(10);
 /// How long a call waits before it answers when it cannot watch the object.
 const WITHOUT_WATCH: Duration = Duration::from_secs(5);
 
