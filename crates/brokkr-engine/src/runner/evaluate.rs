@@ -5,7 +5,7 @@ use brokkr_blueprint::RegistryEntry;
 use brokkr_blueprint::evaluate::{EvaluationError, Subject, dashboard_url_reads};
 use serde_json::{Map, Value};
 
-use super::Engine;
+use super::engine::Engine;
 use crate::model::{Key, Operation, Resource};
 use crate::store::StoreError;
 

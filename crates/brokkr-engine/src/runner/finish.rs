@@ -3,8 +3,8 @@
 
 use tracing::{info, warn};
 
+use super::engine::{Engine, ms};
 use super::failure::{Failure, RunError};
-use super::{Engine, ms};
 use crate::clock::now_ms;
 use crate::metrics::OperationLabels;
 use crate::model::{Event, Key, OpKind, Resource, Status};

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tracing::{Instrument, info, info_span, warn};
 
+use super::engine::{Engine, EngineOptions, ms};
 use super::steps::Outcome;
-use super::{Engine, EngineOptions, ms};
 use crate::clock::now_ms;
 use crate::metrics::{JanitorLabels, OrphanLabels};
 use crate::model::{Key, OpPlan, OpStep, Operation, Orphan, OrphanContext, Resource, ResourceCopy};

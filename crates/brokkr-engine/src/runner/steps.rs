@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tracing::{Instrument, info, info_span, warn};
 
+use super::engine::{Engine, ms};
 use super::failure::{Failure, RunError, Skip, StepFailure};
-use super::{Engine, ms};
 use crate::clock::now_ms;
 use crate::metrics::StepLabels;
 use crate::model::{Action, Key, OpKind, OpStep, Operation, Resource};

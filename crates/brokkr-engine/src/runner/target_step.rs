@@ -11,8 +11,8 @@ use brokkr_blueprint::evaluate::EvaluationError;
 use brokkr_targets::{Readiness, Scope, Target, TargetError};
 use serde_json::{Map, Value};
 
+use super::engine::{Engine, REDO_AFTER};
 use super::failure::{Failure, RunError};
-use super::{Engine, REDO_AFTER};
 use crate::model::{OpKind, OpStep, Resource, TargetAction};
 use crate::step::StepOutcome;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::{Engine, ms};
+use super::engine::{Engine, ms};
 use crate::clock::now_ms;
 use crate::model::{Key, Resource};
 use crate::store::StoreError;
