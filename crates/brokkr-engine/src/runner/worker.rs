@@ -49,7 +49,7 @@ impl Engine {
 
     /// Runs, in the background, the operation of the resource `written` that a request of this
     /// process has just committed (created, or started on an existing resource) with
-    /// [`crate::Operation::new`]. `written` is the resource exactly as that commit left it (the
+    /// [`crate::model::Operation::new`]. `written` is the resource exactly as that commit left it (the
     /// store returns it from a start): the engine starts from it instead of reading it back.
     pub fn spawn_new(&self, written: Resource) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
