@@ -44,10 +44,12 @@ use kube::{Api, Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::index::Index;
 use crate::resources::{
     ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, ServiceBinding, ServiceBroker,
     ServiceClass, ServiceInstance, ServicePlan,
 };
+use crate::resources::{parameter_secrets, transform_sources};
 use crate::scope::Scope;
 use crate::status::Written;
 
@@ -82,6 +84,12 @@ pub struct Caches {
     instances_changed: Broadcast<ObjectRef<ServiceInstance>>,
     bindings_changed: Broadcast<BindingChange>,
     secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
+    /// Bindings by the instance they name.
+    bindings_by_instance: Arc<Index<ServiceBinding>>,
+    /// Bindings by the Secrets they read (`parametersFrom`, `addKeysFrom`).
+    bindings_by_secret: Arc<Index<ServiceBinding>>,
+    /// Instances by the Secrets their `parametersFrom` names.
+    instances_by_secret: Arc<Index<ServiceInstance>>,
 }
 
 /// Changes, as broadcast: what an object created, changed or deleted says, or `None` when its
@@ -159,6 +167,20 @@ impl Default for Caches {
             instances_changed: broadcast::channel(CHANGES_BUFFER).0,
             bindings_changed: broadcast::channel(CHANGES_BUFFER).0,
             secrets_changed: broadcast::channel(CHANGES_BUFFER).0,
+            bindings_by_instance: Arc::new(Index::new(|b| {
+                vec![crate::identity::bound_instance_name(b).to_owned()]
+            })),
+            bindings_by_secret: Arc::new(Index::new(|b| {
+                parameter_secrets(&b.spec.parameters_from)
+                    .map(str::to_owned)
+                    .chain(transform_sources(&b.spec.secret_transforms))
+                    .collect()
+            })),
+            instances_by_secret: Arc::new(Index::new(|i| {
+                parameter_secrets(&i.spec.parameters_from)
+                    .map(str::to_owned)
+                    .collect()
+            })),
         }
     }
 }
@@ -294,6 +316,11 @@ impl Caches {
             self.secrets_changed.clone(),
         );
         let (instances_written, bindings_written) = (written.clone(), written.clone());
+        let instances_by_secret = self.instances_by_secret.clone();
+        let (bindings_by_instance, bindings_by_secret) = (
+            self.bindings_by_instance.clone(),
+            self.bindings_by_secret.clone(),
+        );
         let mut drivers = vec![
             reflect(
                 scope.api(client),
@@ -301,6 +328,7 @@ impl Caches {
                 w.instances,
                 move |event| {
                     instances_written.watched(&event);
+                    instances_by_secret.apply(&event);
                     broadcast(&instances, event, |i: ServiceInstance| {
                         ObjectRef::from_obj(&i)
                     });
@@ -312,6 +340,8 @@ impl Caches {
                 w.bindings,
                 move |event| {
                     bindings_written.watched(&event);
+                    bindings_by_instance.apply(&event);
+                    bindings_by_secret.apply(&event);
                     broadcast(&bindings, event, |b: ServiceBinding| BindingChange {
                         instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
                             .within(b.metadata.namespace.as_deref().unwrap_or_default()),
@@ -386,6 +416,47 @@ impl Caches {
                 self.namespaces.wait_until_ready(),
             );
         }
+    }
+
+    /// The ServiceBindings that name `instance`.
+    pub fn bindings_of_instance(
+        &self,
+        instance: &ObjectRef<ServiceInstance>,
+    ) -> Vec<ObjectRef<ServiceBinding>> {
+        let namespace = instance.namespace.as_deref().unwrap_or_default();
+        self.bindings_by_instance.get(namespace, &instance.name)
+    }
+
+    /// The ServiceBindings a change to `secret` concerns: the one whose credentials it holds
+    /// (its controller), and those that read it (`parametersFrom`, `addKeysFrom`).
+    pub fn bindings_of_secret(
+        &self,
+        secret: &PartialObjectMeta<Secret>,
+    ) -> Vec<ObjectRef<ServiceBinding>> {
+        let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
+        let name = secret.metadata.name.as_deref().unwrap_or_default();
+        let owners = secret
+            .owner_references()
+            .iter()
+            .filter(|o| o.controller == Some(true) && o.kind == ServiceBinding::kind(&()))
+            .map(|o| ObjectRef::new(&o.name).within(namespace));
+        let mut bindings: Vec<_> = owners
+            .chain(self.bindings_by_secret.get(namespace, name))
+            .collect();
+        bindings.sort_by(|a, b| a.name.cmp(&b.name));
+        bindings.dedup();
+        bindings
+    }
+
+    /// The ServiceInstances whose `parametersFrom` names `secret`: a change to it may change
+    /// their parameters.
+    pub fn instances_of_secret(
+        &self,
+        secret: &PartialObjectMeta<Secret>,
+    ) -> Vec<ObjectRef<ServiceInstance>> {
+        let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
+        let name = secret.metadata.name.as_deref().unwrap_or_default();
+        self.instances_by_secret.get(namespace, name)
     }
 
     /// Whether the namespace is being deleted (nothing new may be written into it).

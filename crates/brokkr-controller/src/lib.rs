@@ -36,6 +36,7 @@ pub mod error;
 mod finalizer;
 pub mod held_failures;
 pub mod identity;
+mod index;
 pub mod instance;
 pub mod lease;
 pub mod metrics;
@@ -127,11 +128,10 @@ fn instance_controller(
         vec![i.as_ref().clone()]
     });
     ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking(
-            store.clone(),
-            ctx.caches.secret_changes(),
-            |instances, secret| instance::named_by_secret(instances, &secret),
-        ))
+        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
+            let ctx = ctx.clone();
+            move |_, secret| ctx.caches.instances_of_secret(&secret)
+        }))
         .reconcile_on(cache::waking(
             store.clone(),
             ctx.caches.binding_changes(),
@@ -158,19 +158,16 @@ fn binding_controller(
         vec![change.binding.clone()]
     });
     ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking(
-            store.clone(),
-            ctx.caches.secret_changes(),
-            |bindings, secret| cache::woken(bindings, |b| binding::uses_secret(b, &secret)),
-        ))
+        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
+            let ctx = ctx.clone();
+            move |_, secret| ctx.caches.bindings_of_secret(&secret)
+        }))
         .reconcile_on(cache::waking(
             store.clone(),
             ctx.caches.instance_changes(),
-            |bindings, instance| {
-                cache::woken(bindings, |b| {
-                    b.metadata.namespace == instance.namespace
-                        && instance.name == identity::bound_instance_name(b)
-                })
+            {
+                let ctx = ctx.clone();
+                move |_, instance| ctx.caches.bindings_of_instance(&instance)
             },
         ))
         .graceful_shutdown_on(shutdown)

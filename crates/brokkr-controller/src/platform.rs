@@ -45,6 +45,17 @@ pub fn elapsed_since(start: Option<&Time>) -> Duration {
         .unwrap_or_default()
 }
 
+/// Whether `object` is being deleted with its namespace: then nobody reads its status, and
+/// only what its finalizer's work needs is written (an operation the broker still runs).
+pub fn goes_with_namespace<K: Resource>(object: &K, ctx: &Context) -> bool {
+    object.meta().deletion_timestamp.is_some()
+        && object
+            .meta()
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ctx.caches.terminating(ns))
+}
+
 /// A duration as people write it: `1h`, `90m`, `45s`.
 pub fn humanize(d: Duration) -> String {
     match d.as_secs() {

@@ -100,13 +100,12 @@ async fn an_update_sends_the_plan_only_when_it_changed_and_parameters_only_when_
         "{}",
         polls[0].query
     );
+    // Successes the user asked for are said by the Ready condition, not by Events.
     let reasons: Vec<String> = cluster.events("db").into_iter().map(|e| e.0).collect();
     assert!(
-        reasons.contains(&"ProvisionedSuccessfully".to_owned()),
-        "{reasons:?}"
-    );
-    assert!(
-        reasons.contains(&"InstanceUpdatedSuccessfully".to_owned()),
+        !reasons
+            .iter()
+            .any(|r| r == "ProvisionedSuccessfully" || r == "InstanceUpdatedSuccessfully"),
         "{reasons:?}"
     );
 }

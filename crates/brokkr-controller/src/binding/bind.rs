@@ -48,9 +48,10 @@ impl Reconcile<'_> {
             return self.wait("SecretNotOwned", message).await;
         }
         let others = self.transform_sources().await?;
-        if let Some(missing) = secret::sources(&self.binding.spec.secret_transforms)
-            .into_iter()
-            .find(|name| !others.contains_key(name))
+        if let Some(missing) =
+            crate::resources::transform_sources(&self.binding.spec.secret_transforms)
+                .into_iter()
+                .find(|name| !others.contains_key(name))
         {
             let message = format!(
                 "spec.secretTransforms copies keys from the Secret {missing:?}, which does not exist; waiting for it"
@@ -254,9 +255,8 @@ impl Reconcile<'_> {
             "InjectedBindResult",
             message.clone(),
         );
+        // A success the user asked for is said by the condition alone: no Event.
         self.write_status().await?;
-        self.event(EventType::Normal, "InjectedBindResult", &message, "Bind")
-            .await;
         Ok(Action::await_change())
     }
 
@@ -265,7 +265,7 @@ impl Reconcile<'_> {
         &self,
     ) -> Result<BTreeMap<String, BTreeMap<String, Vec<u8>>>, Error> {
         let mut others = BTreeMap::new();
-        for name in secret::sources(&self.binding.spec.secret_transforms) {
+        for name in crate::resources::transform_sources(&self.binding.spec.secret_transforms) {
             if let Some(found) = self.secrets.get_opt(&name).await? {
                 let data = found
                     .data

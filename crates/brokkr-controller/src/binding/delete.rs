@@ -204,7 +204,7 @@ impl Reconcile<'_> {
         self.end_operation();
         self.status.unbind_status = Some(UnbindStatus::Succeeded);
         if self.binding.metadata.deletion_timestamp.is_some() {
-            self.write_status().await?;
+            // The binding goes with the finalizer: its last status would never be read.
             self.release().await?;
             return Ok(Action::await_change());
         }

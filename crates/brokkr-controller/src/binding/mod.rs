@@ -42,10 +42,9 @@ mod state;
 mod wait;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 
 use crate::context::Context;
@@ -54,7 +53,7 @@ use crate::resolve::resolve;
 use crate::resources::{ConditionStatus, ServiceBinding, UnbindStatus};
 use crate::{finalizer, identity, status};
 pub use rotate::{DEFAULT_GRACE_PERIOD, ROTATE_ANNOTATION};
-use state::{FINALIZER, RECHECK, Reconcile};
+use state::{FINALIZER, RECHECK, Reconcile, WAITING_RESYNC};
 
 /// Reconciles one ServiceBinding.
 pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -69,25 +68,6 @@ pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Resul
 /// What to do after a failed reconcile: try again soon.
 pub fn error_policy(_: Arc<ServiceBinding>, _: &Error, _: Arc<Context>) -> Action {
     Action::requeue(RECHECK)
-}
-
-/// Whether `secret` matters to `binding`: the binding controls it, or names it in
-/// `parametersFrom` or an `addKeysFrom` transform.
-pub fn uses_secret(binding: &ServiceBinding, secret: &PartialObjectMeta<Secret>) -> bool {
-    if binding.metadata.namespace != secret.metadata.namespace {
-        return false;
-    }
-    let name = secret.metadata.name.as_deref().unwrap_or_default();
-    secret::controlled_by(secret, binding)
-        || binding
-            .spec
-            .parameters_from
-            .iter()
-            .filter_map(|p| p.secret_key_ref.as_ref())
-            .any(|r| r.name == name)
-        || secret::sources(&binding.spec.secret_transforms)
-            .iter()
-            .any(|s| s == name)
 }
 
 impl<'a> Reconcile<'a> {
@@ -148,7 +128,9 @@ impl<'a> Reconcile<'a> {
         }
 
         let Some(instance) = self.ready_instance().await? else {
-            return Ok(Action::requeue(RECHECK));
+            // The instance's changes wake the binding; the wait timeout is looked at in time.
+            let left = self.wait_left().max(Duration::from_secs(1));
+            return Ok(Action::requeue(left.min(WAITING_RESYNC)));
         };
         if let Some((reason, message)) = identity::binding_mismatch(self.binding, Some(&instance)) {
             return self.refuse(reason, message).await;

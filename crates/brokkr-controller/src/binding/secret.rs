@@ -105,15 +105,6 @@ pub fn precheck(
     Ok(())
 }
 
-/// The names of the Secrets that `transforms` copy keys from.
-pub fn sources(transforms: &[SecretTransform]) -> Vec<String> {
-    transforms
-        .iter()
-        .filter_map(|t| t.add_keys_from.as_ref()?.secret_ref.as_ref())
-        .map(|r| r.name.clone())
-        .collect()
-}
-
 /// Applies `transform` to `data`; with no `credentials` yet, a JSONPath is only parsed.
 fn apply(
     data: &mut BTreeMap<String, Vec<u8>>,
@@ -485,7 +476,7 @@ mod tests {
         );
         assert_eq!(text(&c, "DB_HOST").as_deref(), Some("db"));
         assert_eq!(text(&c, "raw").as_deref(), Some("hi"));
-        assert_eq!(sources(&transforms), ["extra"]);
+        assert_eq!(crate::resources::transform_sources(&transforms), ["extra"]);
     }
 
     #[test]

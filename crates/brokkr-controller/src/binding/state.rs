@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
@@ -42,8 +42,12 @@ pub(super) const CLEARED_FIELDS: &[&str] = &[
     "rotateRequest",
 ];
 
-/// How long a new binding waits for its instance before its status says so.
+/// How long a new binding waits for its instance before its status says so, unless the
+/// instance says it is being provisioned.
 pub(super) const QUIET_WAIT: Duration = Duration::from_secs(30);
+/// How often a binding waiting for its instance looks again although the instance did not
+/// change (its changes wake the binding at once: this is a safety net).
+pub(super) const WAITING_RESYNC: Duration = Duration::from_secs(5 * 60);
 /// How long after a binding became Ready its Secret may be missing from the cache without
 /// being read from the API server.
 pub(super) const JUST_WRITTEN: Duration = Duration::from_secs(10);
@@ -164,9 +168,9 @@ impl<'a> Reconcile<'a> {
         }
     }
 
-    /// Waits for something to appear, up to the wait timeout counted from when `Ready` became
-    /// False; then fails.
-    pub(super) async fn wait(&mut self, reason: &str, message: String) -> Result<Action, Error> {
+    /// How long the binding may still wait before it fails: the wait timeout, counted from
+    /// when `Ready` became False (all of it while `Ready` is not False).
+    pub(super) fn wait_left(&self) -> Duration {
         let since = self
             .status
             .conditions
@@ -174,8 +178,14 @@ impl<'a> Reconcile<'a> {
             .find(|c| c.type_ == "Ready" && c.status == ConditionStatus::False)
             .and_then(|c| c.last_transition_time.as_ref())
             .map_or_else(Timestamp::now, |t| t.0);
-        let limit = SignedDuration::try_from(self.ctx.wait_timeout).unwrap_or(SignedDuration::MAX);
-        if Timestamp::now().duration_since(since) > limit {
+        let waited = Duration::try_from(Timestamp::now().duration_since(since)).unwrap_or_default();
+        self.ctx.wait_timeout.saturating_sub(waited)
+    }
+
+    /// Waits for something to appear, up to the wait timeout counted from when `Ready` became
+    /// False; then fails.
+    pub(super) async fn wait(&mut self, reason: &str, message: String) -> Result<Action, Error> {
+        if self.wait_left().is_zero() {
             let message = format!(
                 "{message}; gave up after {}",
                 humanize(self.ctx.wait_timeout)
@@ -256,6 +266,11 @@ impl<'a> Reconcile<'a> {
     }
 
     pub(super) async fn write_status(&self) -> Result<(), Error> {
+        if platform::goes_with_namespace(self.binding, self.ctx)
+            && !self.status.async_op_in_progress
+        {
+            return Ok(());
+        }
         Ok(status::write(
             &self.bindings,
             self.binding,

@@ -40,19 +40,24 @@ impl Reconcile<'_> {
         Ok(None)
     }
 
-    /// Whether the binding waits for its instance without saying so yet: it is new (no Ready
-    /// condition, created less than [`QUIET_WAIT`] ago) and the instance is on its way (not
-    /// failed). Bindings created with their instances then cost no status write for a wait of
-    /// seconds; the instance becoming Ready wakes them.
+    /// Whether the binding waits for its instance without saying so yet: it has not said
+    /// anything (no Ready condition), the instance is on its way (not failed), and either the
+    /// binding is new (created less than [`QUIET_WAIT`] ago) or the instance says it is being
+    /// provisioned (its own status tells the user how that goes). Bindings created with their
+    /// instances then cost no status write while the instances are provisioned; the instance
+    /// becoming Ready wakes them.
     pub(super) fn quietly_waits_for(&self, instance: &ServiceInstance) -> bool {
-        let new = !self.status.conditions.iter().any(|c| c.type_ == "Ready")
-            && platform::elapsed_since(self.binding.metadata.creation_timestamp.as_ref())
-                < QUIET_WAIT;
-        let failed = instance.status.as_ref().is_some_and(|s| {
+        let unsaid = !self.status.conditions.iter().any(|c| c.type_ == "Ready");
+        let young =
+            platform::elapsed_since(self.binding.metadata.creation_timestamp.as_ref()) < QUIET_WAIT;
+        let status = instance.status.as_ref();
+        let failed = status.is_some_and(|s| {
             s.conditions
                 .iter()
                 .any(|c| c.type_ == "Failed" && c.status == ConditionStatus::True)
         });
-        new && !failed
+        let provisioning = status
+            .is_some_and(|s| s.async_op_in_progress || s.last_condition_state == "Provisioning");
+        unsaid && !failed && (young || provisioning)
     }
 }

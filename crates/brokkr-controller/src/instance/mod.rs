@@ -25,10 +25,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt as _};
 
 mod delete;
@@ -65,24 +62,6 @@ pub async fn reconcile(instance: Arc<ServiceInstance>, ctx: Arc<Context>) -> Res
 /// What to do after a failed reconcile: try again soon.
 pub fn error_policy(_: Arc<ServiceInstance>, _: &Error, _: Arc<Context>) -> Action {
     Action::requeue(RECHECK)
-}
-
-/// The instances (from the controller's store) whose `parametersFrom` names `secret`: a change
-/// to it may change their parameters.
-pub fn named_by_secret(
-    store: &Store<ServiceInstance>,
-    secret: &PartialObjectMeta<Secret>,
-) -> Vec<ObjectRef<ServiceInstance>> {
-    let (Some(ns), name) = (secret.namespace(), secret.name_any()) else {
-        return Vec::new();
-    };
-    crate::cache::woken(store, |i| {
-        i.namespace().as_deref() == Some(&ns)
-            && i.spec
-                .parameters_from
-                .iter()
-                .any(|p| p.secret_key_ref.as_ref().is_some_and(|r| r.name == name))
-    })
 }
 
 async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Action, Error> {

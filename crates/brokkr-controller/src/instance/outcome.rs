@@ -38,15 +38,8 @@ pub(super) async fn provisioned(
         reason::PROVISIONED,
         message,
     );
+    // A success the user asked for is said by the condition alone: no Event.
     write_status(instance, ctx, &status).await?;
-    event(
-        ctx,
-        instance,
-        EventType::Normal,
-        reason::PROVISIONED,
-        message,
-    )
-    .await;
     Ok(Action::await_change())
 }
 
@@ -161,7 +154,6 @@ pub(super) async fn updated(
         message,
     );
     write_status(instance, ctx, &status).await?;
-    event(ctx, instance, EventType::Normal, reason::UPDATED, message).await;
     Ok(Action::await_change())
 }
 
@@ -192,32 +184,13 @@ pub(super) async fn update_failed(
 pub(super) async fn deprovisioned(
     instance: &ServiceInstance,
     ctx: &Context,
-    mut status: ServiceInstanceStatus,
+    status: ServiceInstanceStatus,
 ) -> Result<Action, Error> {
     if status.orphan_mitigation_in_progress && instance.metadata.deletion_timestamp.is_none() {
         return orphan_mitigated(instance, ctx, status).await;
     }
-    end_operation(&mut status);
-    status.orphan_mitigation_in_progress = false;
-    status.provision_status = Some(ProvisionStatus::NotProvisioned);
-    status.deprovision_status = Some(DeprovisionStatus::Succeeded);
-    let message = "The instance was deprovisioned successfully";
-    set(
-        &mut status,
-        "Ready",
-        ConditionStatus::False,
-        reason::DEPROVISIONED,
-        message,
-    );
-    write_status(instance, ctx, &status).await?;
-    event(
-        ctx,
-        instance,
-        EventType::Normal,
-        reason::DEPROVISIONED,
-        message,
-    )
-    .await;
+    // The instance goes with the finalizer: its last status would never be read, and if the
+    // finalizer cannot be removed the next reconcile deprovisions again (a 410 counts as done).
     remove_finalizer(instance, ctx).await?;
     Ok(Action::await_change())
 }

@@ -30,7 +30,6 @@ pub(super) mod reason {
     pub const UPDATE_ERROR: &str = "ErrorCallingUpdateInstance";
     pub const ORPHAN_MITIGATION: &str = "StartingInstanceOrphanMitigation";
     pub const ORPHAN_MITIGATED: &str = "OrphanMitigationSuccessful";
-    pub const DEPROVISIONED: &str = "DeprovisionedSuccessfully";
     pub const BLOCKED: &str = "DeprovisionBlockedByExistingBindings";
     pub const CASCADING: &str = "DeletingServiceBindings";
     pub const NO_BROKER: &str = "ErrorGettingBroker";
@@ -152,6 +151,9 @@ pub(super) async fn write_status(
     ctx: &Context,
     status: &ServiceInstanceStatus,
 ) -> Result<(), Error> {
+    if platform::goes_with_namespace(instance, ctx) && !status.async_op_in_progress {
+        return Ok(());
+    }
     Ok(crate::status::write(
         &api(instance, ctx),
         instance,

@@ -308,3 +308,12 @@ pub enum UnbindStatus {
     /// The broker failed to unbind it.
     Failed,
 }
+
+/// The names of the Secrets that `transforms` copy keys from (`addKeysFrom`).
+pub fn transform_sources(transforms: &[SecretTransform]) -> Vec<String> {
+    transforms
+        .iter()
+        .filter_map(|t| t.add_keys_from.as_ref()?.secret_ref.as_ref())
+        .map(|r| r.name.clone())
+        .collect()
+}

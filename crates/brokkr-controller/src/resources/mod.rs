@@ -37,6 +37,7 @@ pub use binding::{
     AddKeyTransform, AddKeysFromTransform, BoundInstance, CurrentBinding, RemoveKeyTransform,
     RenameKeyTransform, RotatingBinding, SecretTransform, ServiceBinding, ServiceBindingOperation,
     ServiceBindingPropertiesState, ServiceBindingSpec, ServiceBindingStatus, UnbindStatus,
+    transform_sources,
 };
 pub use broker::{
     BasicAuthConfig, BearerTokenAuthConfig, BrokerAuthInfo, ClusterServiceBroker,
@@ -164,6 +165,14 @@ pub struct ParametersFromSource {
     /// A Secret key holding a JSON object; its top-level keys must not repeat `parameters`'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_key_ref: Option<SecretKeyReference>,
+}
+
+/// The names of the Secrets that `sources` take parameters from.
+pub fn parameter_secrets(sources: &[ParametersFromSource]) -> impl Iterator<Item = &str> {
+    sources
+        .iter()
+        .filter_map(|p| p.secret_key_ref.as_ref())
+        .map(|r| r.name.as_str())
 }
 
 /// The Kubernetes user who asked for a change, as the platform tells the broker.
