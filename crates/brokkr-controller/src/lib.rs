@@ -32,6 +32,7 @@ pub mod broker_policy;
 pub mod cache;
 mod conditions;
 pub mod context;
+mod due_order;
 pub mod error;
 mod finalizer;
 pub mod held_failures;
@@ -124,6 +125,8 @@ fn instance_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
+    let turns = due_order::Turns::new(ctx.concurrency);
+    let closing = turns.clone();
     let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, i| {
         vec![i.as_ref().clone()]
     });
@@ -137,8 +140,15 @@ fn instance_controller(
             ctx.caches.binding_changes(),
             |_, binding| vec![binding.instance.clone()],
         ))
-        .graceful_shutdown_on(shutdown)
-        .run(instance::reconcile, instance::error_policy, ctx.clone())
+        .graceful_shutdown_on(async move {
+            shutdown.await;
+            closing.close();
+        })
+        .run(
+            turns.reconciler(store, instance::reconcile),
+            instance::error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "instance controller");
@@ -154,6 +164,8 @@ fn binding_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
+    let turns = due_order::Turns::new(ctx.concurrency);
+    let closing = turns.clone();
     let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, change| {
         vec![change.binding.clone()]
     });
@@ -170,8 +182,15 @@ fn binding_controller(
                 move |_, instance| ctx.caches.bindings_of_instance(&instance)
             },
         ))
-        .graceful_shutdown_on(shutdown)
-        .run(binding::reconcile, binding::error_policy, ctx.clone())
+        .graceful_shutdown_on(async move {
+            shutdown.await;
+            closing.close();
+        })
+        .run(
+            turns.reconciler(store, binding::reconcile),
+            binding::error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "binding controller");
