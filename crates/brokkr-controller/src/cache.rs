@@ -104,6 +104,8 @@ pub struct BindingChange {
     pub binding: ObjectRef<ServiceBinding>,
     /// The instance it names.
     pub instance: ObjectRef<ServiceInstance>,
+    /// Whether it is being deleted, or is gone.
+    pub going: bool,
 }
 
 /// The writing halves of the stores, until [`Caches::start`] takes them.
@@ -216,18 +218,21 @@ pub fn follow<T: Send + Sync + 'static>(
 }
 
 /// Broadcasts what a watch event says changed: an object applied or deleted (as `change` makes
-/// it), or (at the end of a listing) that anything may have. The objects of a listing are not
+/// it of the object and whether it was deleted), or (at the end of a listing) that anything may have. The objects of a listing are not
 /// broadcast one by one: a follower that fell behind during a listing could not find them in a
 /// store not yet filled, and a listing wakes every follower's objects anyway.
 pub(crate) fn broadcast<K, T>(
     sender: &broadcast::Sender<Option<Arc<T>>>,
     event: watcher::Event<K>,
-    change: impl FnOnce(K) -> T,
+    change: impl FnOnce(K, bool) -> T,
 ) {
     // Nobody following is no failure: followers subscribe before the watch starts.
     match event {
-        watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
-            let _ = sender.send(Some(Arc::new(change(object))));
+        watcher::Event::Apply(object) => {
+            let _ = sender.send(Some(Arc::new(change(object, false))));
+        }
+        watcher::Event::Delete(object) => {
+            let _ = sender.send(Some(Arc::new(change(object, true))));
         }
         watcher::Event::InitDone => {
             let _ = sender.send(None);
@@ -329,7 +334,7 @@ impl Caches {
                 move |event| {
                     instances_written.watched(&event);
                     instances_by_secret.apply(&event);
-                    broadcast(&instances, event, |i: ServiceInstance| {
+                    broadcast(&instances, event, |i: ServiceInstance, _| {
                         ObjectRef::from_obj(&i)
                     });
                 },
@@ -342,10 +347,13 @@ impl Caches {
                     bindings_written.watched(&event);
                     bindings_by_instance.apply(&event);
                     bindings_by_secret.apply(&event);
-                    broadcast(&bindings, event, |b: ServiceBinding| BindingChange {
-                        instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
-                            .within(b.metadata.namespace.as_deref().unwrap_or_default()),
-                        binding: ObjectRef::from_obj(&b),
+                    broadcast(&bindings, event, |b: ServiceBinding, deleted| {
+                        BindingChange {
+                            going: deleted || b.metadata.deletion_timestamp.is_some(),
+                            instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
+                                .within(b.metadata.namespace.as_deref().unwrap_or_default()),
+                            binding: ObjectRef::from_obj(&b),
+                        }
                     });
                 },
             ),
@@ -368,7 +376,7 @@ impl Caches {
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
                 w.secrets,
-                move |event| broadcast(&secrets, event, |secret| secret),
+                move |event| broadcast(&secrets, event, |secret, _| secret),
             ),
         ];
         if scope.reconciles_cluster_brokers() {
@@ -623,20 +631,20 @@ mod tests {
     async fn a_listing_is_one_wake_at_its_end_and_a_follower_that_fell_behind_is_told() {
         let (sender, _) = broadcast::channel(4);
         let mut follower = Box::pin(follow(&sender));
-        broadcast(&sender, watcher::Event::Init, |s| s);
+        broadcast(&sender, watcher::Event::Init, |s, _| s);
         broadcast(
             &sender,
             watcher::Event::InitApply(PartialObjectMeta::default()),
-            |s| s,
+            |s, _| s,
         );
-        broadcast(&sender, watcher::Event::InitDone, |s| s);
-        broadcast(&sender, event("a"), |s| s);
+        broadcast(&sender, watcher::Event::InitDone, |s, _| s);
+        broadcast(&sender, event("a"), |s, _| s);
         assert_eq!(seen(follower.next().await.unwrap()), "missed");
         assert_eq!(seen(follower.next().await.unwrap()), "a");
         // Six changes into a buffer of four: the oldest are lost, and the follower hears so
         // before the ones it still gets.
         for name in ["b", "c", "d", "e", "f", "g"] {
-            broadcast(&sender, event(name), |s| s);
+            broadcast(&sender, event(name), |s, _| s);
         }
         let mut names = Vec::new();
         for _ in 0..5 {

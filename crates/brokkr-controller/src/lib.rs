@@ -118,8 +118,8 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
 }
 
 /// The instance controller: woken by its instances' changes, by a Secret that `parametersFrom`
-/// names (it may change the parameters), and by a ServiceBinding that comes or goes (it may
-/// unblock its instance's deletion).
+/// names (it may change the parameters), and by a ServiceBinding that goes (it may unblock its
+/// instance's deletion; the bindings' other changes do not concern the instance).
 fn instance_controller(
     ctx: &Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -138,7 +138,13 @@ fn instance_controller(
         .reconcile_on(cache::waking(
             store.clone(),
             ctx.caches.binding_changes(),
-            |_, binding| vec![binding.instance.clone()],
+            |_, binding| {
+                if binding.going {
+                    vec![binding.instance.clone()]
+                } else {
+                    Vec::new()
+                }
+            },
         ))
         .graceful_shutdown_on(async move {
             shutdown.await;

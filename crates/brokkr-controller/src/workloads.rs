@@ -113,10 +113,12 @@ impl Workloads {
             .default_backoff()
             .for_each(move |event| {
                 match event {
-                    Ok(event) => crate::cache::broadcast(&sender, event, |object| WorkloadChange {
-                        resource: resource.clone(),
-                        metadata: object.metadata,
-                    }),
+                    Ok(event) => {
+                        crate::cache::broadcast(&sender, event, |object, _| WorkloadChange {
+                            resource: resource.clone(),
+                            metadata: object.metadata,
+                        })
+                    }
                     Err(e) => tracing::debug!(error = %e, kind = %resource.kind, "workload watch"),
                 }
                 futures::future::ready(())
