@@ -9,31 +9,84 @@
 //! first served) of [`Context::concurrency`](crate::context::Context::concurrency) turns:
 //! reconciles start in the order they came due, at most that many at once. An object that
 //! waited for its turn is read again from the cache when its turn comes, so it is reconciled
-//! as it is then.
+//! as it is then; and a wake for an object already waiting for its turn is dropped
+//! ([`Turns::unless_waiting`]): that turn will see the change anyway, where kube-runtime would
+//! hold the wake and reconcile the object once more after it.
 
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt as _};
 
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Semaphore;
 
-/// Turns for one controller's reconciles, handed out in the order they were asked for.
-#[derive(Clone)]
-pub struct Turns {
+/// Turns for the reconciles of one controller of `K`, handed out in the order they were asked
+/// for.
+pub struct Turns<K: Resource<DynamicType = ()>> {
     permits: Arc<Semaphore>,
     closed: Arc<AtomicBool>,
+    /// The objects whose reconcile waits for its turn.
+    waiting: Arc<Mutex<HashSet<ObjectRef<K>>>>,
 }
 
-impl Turns {
+impl<K: Resource<DynamicType = ()>> Clone for Turns<K> {
+    fn clone(&self) -> Self {
+        Self {
+            permits: self.permits.clone(),
+            closed: self.closed.clone(),
+            waiting: self.waiting.clone(),
+        }
+    }
+}
+
+/// Takes an object off the waiting list when its reconcile takes its turn, or is dropped.
+struct Waiting<K: Resource<DynamicType = ()>> {
+    waiting: Arc<Mutex<HashSet<ObjectRef<K>>>>,
+    object: Option<ObjectRef<K>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Waiting<K> {
+    fn end(&mut self) {
+        if let Some(object) = self.object.take() {
+            self.waiting.lock().expect("lock").remove(&object);
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Drop for Waiting<K> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl<K> Turns<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     /// `concurrency` turns at once (at least one).
     pub fn new(concurrency: u16) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(usize::from(concurrency.max(1)))),
             closed: Arc::default(),
+            waiting: Arc::default(),
         }
+    }
+
+    /// `wakes`, less those of objects whose reconcile waits for its turn (it reads the object
+    /// when the turn comes, so it sees what the wake is about).
+    pub fn unless_waiting<S>(&self, wakes: S) -> impl Stream<Item = ObjectRef<K>> + Send + use<K, S>
+    where
+        S: Stream<Item = ObjectRef<K>> + Send + 'static,
+    {
+        let waiting = self.waiting.clone();
+        wakes.filter(move |object| {
+            futures::future::ready(!waiting.lock().expect("lock").contains(object))
+        })
     }
 
     /// From now on, a reconcile whose turn comes does nothing: the controllers are stopping,
@@ -44,14 +97,13 @@ impl Turns {
 
     /// `reconcile`, each call waiting for its turn and then reading its object again from
     /// `store`.
-    pub fn reconciler<K, C, E, F, Fut>(
+    pub fn reconciler<C, E, F, Fut>(
         &self,
         store: Store<K>,
         reconcile: F,
     ) -> impl FnMut(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, E>>
     + use<K, C, E, F, Fut>
     where
-        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
         C: Send + Sync + 'static,
         E: Send + 'static,
         F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + 'static,
@@ -61,11 +113,18 @@ impl Turns {
         move |object, ctx| {
             let (turns, store, reconcile) = (turns.clone(), store.clone(), reconcile.clone());
             Box::pin(async move {
+                let key = ObjectRef::from_obj(&*object);
+                turns.waiting.lock().expect("lock").insert(key.clone());
+                let mut waiting = Waiting {
+                    waiting: turns.waiting.clone(),
+                    object: Some(key.clone()),
+                };
                 let _turn = turns.permits.acquire().await.expect("never closed");
+                waiting.end();
                 if turns.closed.load(Ordering::Relaxed) {
                     return Ok(Action::await_change());
                 }
-                let object = store.get(&ObjectRef::from_obj(&*object)).unwrap_or(object);
+                let object = store.get(&key).unwrap_or(object);
                 reconcile(object, ctx).await
             })
         }
@@ -151,5 +210,43 @@ mod tests {
         turns.close();
         reconcile(named("late"), Arc::new(())).await.unwrap();
         assert!(!ran.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn a_wake_for_an_object_waiting_for_its_turn_is_dropped() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let turns = Turns::new(1);
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let mut reconcile = turns.reconciler(store, {
+            let gate = gate.clone();
+            move |_: Arc<ConfigMap>, _: Arc<()>| {
+                let gate = gate.clone();
+                async move {
+                    gate.notified().await;
+                    Ok::<_, ()>(Action::await_change())
+                }
+            }
+        });
+        // "busy" holds the one turn; "queued" waits for it.
+        let busy = tokio::spawn(reconcile(named("busy"), Arc::new(())));
+        let queued = tokio::spawn(reconcile(named("queued"), Arc::new(())));
+        tokio::task::yield_now().await;
+        let wakes = futures::stream::iter(
+            ["queued", "busy", "other"].map(|n| ObjectRef::<ConfigMap>::new(n).within("default")),
+        );
+        let passed: Vec<String> = turns.unless_waiting(wakes).map(|r| r.name).collect().await;
+        // The busy one's turn began: a change now may come after it read its object.
+        assert_eq!(passed, ["busy", "other"]);
+        gate.notify_one();
+        busy.await.unwrap().unwrap();
+        gate.notify_one();
+        queued.await.unwrap().unwrap();
+        let wakes =
+            futures::stream::iter([ObjectRef::<ConfigMap>::new("queued").within("default")]);
+        assert_eq!(
+            turns.unless_waiting(wakes).count().await,
+            1,
+            "no longer waiting"
+        );
     }
 }

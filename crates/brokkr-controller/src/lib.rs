@@ -130,12 +130,16 @@ fn instance_controller(
     let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, i| {
         vec![i.as_ref().clone()]
     });
-    ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
-            let ctx = ctx.clone();
-            move |_, secret| ctx.caches.instances_of_secret(&secret)
-        }))
-        .reconcile_on(cache::waking(
+    ctx.followed_controller(&store, turns.unless_waiting(changes))
+        .reconcile_on(turns.unless_waiting(cache::waking(
+            store.clone(),
+            ctx.caches.secret_changes(),
+            {
+                let ctx = ctx.clone();
+                move |_, secret| ctx.caches.instances_of_secret(&secret)
+            },
+        )))
+        .reconcile_on(turns.unless_waiting(cache::waking(
             store.clone(),
             ctx.caches.binding_changes(),
             |_, binding| {
@@ -145,7 +149,7 @@ fn instance_controller(
                     Vec::new()
                 }
             },
-        ))
+        )))
         .graceful_shutdown_on(async move {
             shutdown.await;
             closing.close();
@@ -175,19 +179,23 @@ fn binding_controller(
     let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, change| {
         vec![change.binding.clone()]
     });
-    ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
-            let ctx = ctx.clone();
-            move |_, secret| ctx.caches.bindings_of_secret(&secret)
-        }))
-        .reconcile_on(cache::waking(
+    ctx.followed_controller(&store, turns.unless_waiting(changes))
+        .reconcile_on(turns.unless_waiting(cache::waking(
+            store.clone(),
+            ctx.caches.secret_changes(),
+            {
+                let ctx = ctx.clone();
+                move |_, secret| ctx.caches.bindings_of_secret(&secret)
+            },
+        )))
+        .reconcile_on(turns.unless_waiting(cache::waking(
             store.clone(),
             ctx.caches.instance_changes(),
             {
                 let ctx = ctx.clone();
                 move |_, instance| ctx.caches.bindings_of_instance(&instance)
             },
-        ))
+        )))
         .graceful_shutdown_on(async move {
             shutdown.await;
             closing.close();
