@@ -96,9 +96,8 @@ impl Context {
     }
 
     /// A controller of the instances or bindings the caches hold, woken by `changes` (from
-    /// [`cache::Caches::instance_changes`] or [`cache::Caches::binding_changes`]). It sets no
-    /// limit of its own: its reconciles take their turns in the order they came due
-    /// ([`crate::due_order`]), at most [`Context::concurrency`] at once.
+    /// [`cache::Caches::instance_changes`] or [`cache::Caches::binding_changes`]); at most
+    /// [`Context::concurrency`] reconciles at once.
     pub(crate) fn followed_controller<K>(
         &self,
         store: &reflector::Store<K>,
@@ -109,7 +108,7 @@ impl Context {
     {
         Controller::for_shared_stream(futures::stream::empty(), store.clone())
             .reconcile_on(changes)
-            .with_config(controller::Config::default().concurrency(0))
+            .with_config(controller::Config::default().concurrency(self.concurrency))
     }
 }
 

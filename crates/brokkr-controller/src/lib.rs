@@ -32,7 +32,6 @@ pub mod broker_policy;
 pub mod cache;
 mod conditions;
 pub mod context;
-mod due_order;
 pub mod error;
 mod finalizer;
 pub mod held_failures;
@@ -125,21 +124,15 @@ fn instance_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
-    let turns = due_order::Turns::new(ctx.concurrency);
-    let closing = turns.clone();
     let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, i| {
         vec![i.as_ref().clone()]
     });
-    ctx.followed_controller(&store, turns.unless_waiting(changes))
-        .reconcile_on(turns.unless_waiting(cache::waking(
-            store.clone(),
-            ctx.caches.secret_changes(),
-            {
-                let ctx = ctx.clone();
-                move |_, secret| ctx.caches.instances_of_secret(&secret)
-            },
-        )))
-        .reconcile_on(turns.unless_waiting(cache::waking(
+    ctx.followed_controller(&store, changes)
+        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
+            let ctx = ctx.clone();
+            move |_, secret| ctx.caches.instances_of_secret(&secret)
+        }))
+        .reconcile_on(cache::waking(
             store.clone(),
             ctx.caches.binding_changes(),
             |_, binding| {
@@ -149,16 +142,9 @@ fn instance_controller(
                     Vec::new()
                 }
             },
-        )))
-        .graceful_shutdown_on(async move {
-            shutdown.await;
-            closing.close();
-        })
-        .run(
-            turns.reconciler(store, instance::reconcile),
-            instance::error_policy,
-            ctx.clone(),
-        )
+        ))
+        .graceful_shutdown_on(shutdown)
+        .run(instance::reconcile, instance::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "instance controller");
@@ -174,37 +160,24 @@ fn binding_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
-    let turns = due_order::Turns::new(ctx.concurrency);
-    let closing = turns.clone();
     let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, change| {
         vec![change.binding.clone()]
     });
-    ctx.followed_controller(&store, turns.unless_waiting(changes))
-        .reconcile_on(turns.unless_waiting(cache::waking(
-            store.clone(),
-            ctx.caches.secret_changes(),
-            {
-                let ctx = ctx.clone();
-                move |_, secret| ctx.caches.bindings_of_secret(&secret)
-            },
-        )))
-        .reconcile_on(turns.unless_waiting(cache::waking(
+    ctx.followed_controller(&store, changes)
+        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
+            let ctx = ctx.clone();
+            move |_, secret| ctx.caches.bindings_of_secret(&secret)
+        }))
+        .reconcile_on(cache::waking(
             store.clone(),
             ctx.caches.instance_changes(),
             {
                 let ctx = ctx.clone();
                 move |_, instance| ctx.caches.bindings_of_instance(&instance)
             },
-        )))
-        .graceful_shutdown_on(async move {
-            shutdown.await;
-            closing.close();
-        })
-        .run(
-            turns.reconciler(store, binding::reconcile),
-            binding::error_policy,
-            ctx.clone(),
-        )
+        ))
+        .graceful_shutdown_on(shutdown)
+        .run(binding::reconcile, binding::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "binding controller");
