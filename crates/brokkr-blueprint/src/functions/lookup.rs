@@ -6,7 +6,7 @@ use std::sync::Arc;
 use minijinja::value::{Enumerator, Object, Rest, Serde, ValueKind, ValueOrKwargs};
 use minijinja::{Error, ErrorKind, State, Value};
 
-use super::{Args, fail};
+use super::args::{Args, fail};
 
 /// `param(pointer, default?)`: the value at JSON pointer `pointer` in `parameters`.
 pub(super) fn param(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {

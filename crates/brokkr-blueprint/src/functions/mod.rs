@@ -30,21 +30,22 @@
 //!
 //! The functions live by kind: `lookup` (`param`, `registry`, `required`), `random`
 //! (`password`, `pet_name`), `pki` (`private_key`, `certificate`) and `transforms` (encodings,
-//! digests, `safe_name`, `opaque_name`, case). This module registers them and binds their
-//! arguments. `opaque_name` hashes under the broker's [`NamesKey`], which the renderer is given
+//! digests, `safe_name`, `opaque_name`, case). This module registers them; `args` binds their
+//! arguments and `rng` holds the shared generator. `opaque_name` hashes under the broker's [`NamesKey`], which the renderer is given
 //! once (see [`crate::names`]).
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
-use minijinja::value::{Kwargs, Rest, ValueOrKwargs, from_args};
-use minijinja::{Environment, Error, ErrorKind, Value};
-use rand::rngs::ChaCha20Rng;
+use minijinja::Environment;
+use minijinja::value::{Rest, ValueOrKwargs};
 
 use crate::names::NamesKey;
 
+mod args;
 mod lookup;
 mod pki;
 mod random;
+mod rng;
 mod transforms;
 
 pub(crate) use lookup::with_callable_registry;
@@ -53,6 +54,7 @@ pub use random::{MAX_PASSWORD_LEN, MAX_PET_NAME_WORDS};
 use lookup::{param, registry, required};
 use pki::{certificate, private_key};
 use random::{password, pet_name};
+use rng::SharedRng;
 use transforms::{b64decode, b64encode, lower, opaque_name, safe_name, sha256, tojson, upper};
 
 /// The names of every function this module adds to the template environment.
@@ -73,15 +75,6 @@ pub const FUNCTIONS: &[&str] = &[
     "upper",
     "lower",
 ];
-
-/// The generator behind `password`, `pet_name` and certificate serial numbers.
-pub(crate) type SharedRng = Arc<Mutex<ChaCha20Rng>>;
-
-/// The shared generator, locked for one draw.
-fn lock(rng: &SharedRng) -> std::sync::MutexGuard<'_, ChaCha20Rng> {
-    // The generator holds no invariant a panic could break.
-    rng.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Adds the function library to `env`; `rng` feeds `password`, `pet_name` and serial numbers,
 /// `names` holds (once given) the key of `opaque_name`.
@@ -128,123 +121,6 @@ pub(crate) fn register(
         "upper" => upper,
         "lower" => lower,
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Arguments
-
-/// A function's arguments, bound to its parameter names by position or by keyword.
-struct Args {
-    func: &'static str,
-    names: &'static [&'static str],
-    values: Vec<Option<Value>>,
-}
-
-impl Args {
-    fn bind(
-        func: &'static str,
-        names: &'static [&'static str],
-        raw: Rest<ValueOrKwargs>,
-    ) -> Result<Self, Error> {
-        let raw = raw.into_values();
-        let (positional, kwargs): (&[Value], Kwargs) = from_args(&raw)?;
-        if positional.len() > names.len() {
-            return Err(fail(
-                func,
-                format!("takes at most {} arguments", names.len()),
-            ));
-        }
-        let mut values: Vec<Option<Value>> = positional.iter().cloned().map(Some).collect();
-        values.resize(names.len(), None);
-        for key in kwargs.args() {
-            let Some(i) = names.iter().position(|n| *n == key) else {
-                return Err(fail(func, format!("has no argument named `{key}`")));
-            };
-            if values[i].is_some() {
-                return Err(fail(func, format!("got `{key}` twice")));
-            }
-            values[i] = Some(kwargs.get::<Value>(key)?);
-        }
-        Ok(Self {
-            func,
-            names,
-            values,
-        })
-    }
-
-    /// The argument, or `None` when it was not given or is undefined or none.
-    fn opt(&self, i: usize) -> Option<&Value> {
-        self.values[i]
-            .as_ref()
-            .filter(|v| !v.is_undefined() && !v.is_none())
-    }
-
-    fn req(&self, i: usize) -> Result<&Value, Error> {
-        self.opt(i)
-            .ok_or_else(|| fail(self.func, format!("`{}` is required", self.names[i])))
-    }
-
-    fn req_str(&self, i: usize) -> Result<&str, Error> {
-        let v = self.req(i)?;
-        v.as_str()
-            .ok_or_else(|| fail(self.func, format!("`{}` must be a string", self.names[i])))
-    }
-
-    fn opt_str(&self, i: usize) -> Result<Option<&str>, Error> {
-        self.opt(i)
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| fail(self.func, format!("`{}` must be a string", self.names[i])))
-            })
-            .transpose()
-    }
-
-    /// An integer argument in `range`, or `default` when absent.
-    fn int_in(
-        &self,
-        i: usize,
-        default: Option<i64>,
-        range: std::ops::RangeInclusive<i64>,
-    ) -> Result<i64, Error> {
-        let out_of_range = || {
-            fail(
-                self.func,
-                format!(
-                    "`{}` must be an integer from {} to {}",
-                    self.names[i],
-                    range.start(),
-                    range.end()
-                ),
-            )
-        };
-        let n = match (self.opt(i), default) {
-            (Some(v), _) => v.as_i64().ok_or_else(out_of_range)?,
-            (None, Some(d)) => d,
-            (None, None) => {
-                return Err(fail(self.func, format!("`{}` is required", self.names[i])));
-            }
-        };
-        if range.contains(&n) {
-            Ok(n)
-        } else {
-            Err(out_of_range())
-        }
-    }
-}
-
-/// An error from function `func`; `what` must never contain an argument's value.
-fn fail(func: &str, what: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::InvalidOperation, format!("{func}(): {what}"))
-}
-
-/// The single string a transform works on.
-fn one_str<'a>(func: &'static str, value: &'a Value) -> Result<&'a str, Error> {
-    if value.is_undefined() || value.is_none() {
-        return Err(fail(func, "needs a value, got none"));
-    }
-    value
-        .as_str()
-        .ok_or_else(|| fail(func, format!("takes a string, got {}", value.kind())))
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use rcgen::{
 };
 use time::OffsetDateTime;
 
-use super::{Args, SharedRng, fail, lock};
+use super::args::{Args, fail};
+use super::rng::{SharedRng, lock};
 
 /// Longest certificate lifetime accepted (100 years of 365 days).
 const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);

@@ -4,7 +4,8 @@ use minijinja::value::{Rest, ValueOrKwargs};
 use minijinja::{Error, Value};
 use rand::Rng;
 
-use super::{Args, SharedRng, fail, lock};
+use super::args::{Args, fail};
+use super::rng::{SharedRng, lock};
 
 /// Longest `password` a template may ask for.
 pub const MAX_PASSWORD_LEN: i64 = 1024;

@@ -6,7 +6,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use minijinja::value::{Rest, ValueOrKwargs};
 use minijinja::{Error, Value};
 
-use super::{Args, fail, one_str};
+use super::args::{Args, fail, one_str};
 use crate::names::{MIN_DIGEST_CHARS, NamesKey};
 
 /// Standard base64 alphabet; padding optional when decoding.

@@ -9,8 +9,8 @@ use crate::config::{Blueprint, INSTANCE_STEP_DEFAULTS, Phase, RegistryEntry, Rot
 use crate::evaluate::{SCOPE, check_dashboard_url};
 use crate::template::Renderer;
 
-use super::Validator;
 use super::steps::{Names, target_extras};
+use super::validator::Validator;
 
 /// For reads where no key is defined later.
 const NONE_LATER: (&[String], &str) = (&[], "");

@@ -7,7 +7,7 @@ use brokkr_osb::Service;
 
 use crate::schema::ParameterSchema;
 
-use super::Validator;
+use super::validator::Validator;
 
 impl Validator {
     /// Checks every service offering and plan; ids are unique across the catalog, plan names

@@ -4,13 +4,15 @@
 //! [`validate`] merges the parsed files (a name defined twice is an error) and checks, in turn:
 //! the targets ([`targets`]), the catalog ([`catalog`]), the templates, and each blueprint against
 //! its plan ([`blueprint`]: registries and the keys templates read; [`steps`]: step actions,
-//! targets, templates and their extra fields). A configuration without errors becomes the
-//! [`Config`] index.
+//! targets, templates and their extra fields), each recording its problems on the
+//! [`Validator`](validator::Validator). A configuration without errors becomes the [`Config`]
+//! index.
 
 mod blueprint;
 mod catalog;
 mod steps;
 mod targets;
+mod validator;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -18,137 +20,23 @@ use std::sync::Arc;
 use brokkr_osb::{Catalog, Service};
 use serde_json::Value;
 
-use crate::check;
 use crate::config::{Blueprint, BrokerConfig, File, TargetConfig};
-use crate::error::{ConfigError, ConfigErrors};
+use crate::error::ConfigErrors;
 use crate::index::{Config, plan_entry};
 use crate::span::SourceMap;
-use crate::template::{Renderer, TemplateError};
+use crate::template::Renderer;
 use steps::Names;
+use validator::Validator;
 
 /// Checks parsed `files` (with their source `maps`, for positions) and builds the index.
 pub(crate) fn validate(
     files: Vec<(String, File)>,
     maps: HashMap<String, SourceMap>,
 ) -> Result<Config, ConfigErrors> {
-    Validator {
-        errors: Vec::new(),
-        maps,
-        template_files: HashMap::new(),
-        template_uses: HashMap::new(),
-    }
-    .run(files)
-}
-
-/// Collects every problem found.
-struct Validator {
-    errors: Vec<ConfigError>,
-    maps: HashMap<String, SourceMap>,
-    /// The file that defines each named template.
-    template_files: HashMap<String, String>,
-    /// Which named template each step template entry (`file`, field path) was resolved from,
-    /// so that a problem inside it is shown where it is written.
-    template_uses: HashMap<(String, String), String>,
+    Validator::new(maps).run(files)
 }
 
 impl Validator {
-    pub(super) fn error(
-        &mut self,
-        file: &str,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) {
-        let field = field.into();
-        self.error_at(file, field.clone(), &field, message);
-    }
-
-    /// An error about `field`, shown at `place` (a field path that may go deeper, e.g. into a
-    /// template tree).
-    pub(super) fn error_at(
-        &mut self,
-        file: &str,
-        field: impl Into<String>,
-        place: &str,
-        message: impl Into<String>,
-    ) {
-        let error = ConfigError::new(file, field, message);
-        let error = match self.maps.get(file) {
-            Some(map) => error.at(map, map.locate(place)),
-            None => error,
-        };
-        self.errors.push(error);
-    }
-
-    /// A template error in `tree`, written at `field`, shown at the failing leaf.
-    pub(super) fn template_error(
-        &mut self,
-        file: &str,
-        field: &str,
-        tree: &Value,
-        e: &TemplateError,
-    ) {
-        let place = format!("{field}{}", check::pointer_to_field(tree, &e.path));
-        self.error_at(file, field, &place, e.to_string());
-    }
-
-    /// Reports registry reads in `tree` (written at `field`) of keys not in `defined`; `later`
-    /// are keys defined after this point, and `why` says where, for a better message. A tree
-    /// that a step took from a named template is reported inside that template, naming the use.
-    pub(super) fn check_reads(
-        &mut self,
-        file: &str,
-        field: &str,
-        tree: &Value,
-        defined: &[String],
-        later: (&[String], &str),
-    ) {
-        let named = self
-            .template_uses
-            .get(&(file.to_owned(), field.to_owned()))
-            .and_then(|name| Some((self.template_files.get(name)?.clone(), name.clone())));
-        match named {
-            Some((template_file, name)) => {
-                let used = format!("; template {name:?} is used by {field} in {file}");
-                let at = format!("templates.{name}");
-                self.report_reads(&template_file, &at, tree, defined, later, &used);
-            }
-            None => self.report_reads(file, field, tree, defined, later, ""),
-        }
-    }
-
-    /// [`Self::check_reads`] at `field` of `file`, each message ending with `suffix`.
-    fn report_reads(
-        &mut self,
-        file: &str,
-        field: &str,
-        tree: &Value,
-        defined: &[String],
-        (later, why): (&[String], &str),
-        suffix: &str,
-    ) {
-        for (at, key) in check::registry_reads(tree) {
-            if defined.contains(&key) {
-                continue;
-            }
-            let message = if later.contains(&key) {
-                format!("registry key {key:?} {why}")
-            } else if defined.is_empty() {
-                format!("registry key {key:?} is not defined (no registry entry is defined here)")
-            } else {
-                format!(
-                    "registry key {key:?} is not defined (defined here: {})",
-                    defined.join(", ")
-                )
-            };
-            self.error_at(
-                file,
-                field,
-                &format!("{field}{at}"),
-                format!("{message}{suffix}"),
-            );
-        }
-    }
-
     fn run(mut self, files: Vec<(String, File)>) -> Result<Config, ConfigErrors> {
         let mut broker: Option<(String, BrokerConfig)> = None;
         let mut store: Option<(String, String)> = None;

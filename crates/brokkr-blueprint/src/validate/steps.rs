@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::config::{Phase, Step, TargetConfig, TargetKind};
 use crate::template::Renderer;
 
-use super::Validator;
+use super::validator::Validator;
 
 /// Names defined at the top level of a configuration, for steps to refer to.
 pub(super) struct Names<'a> {

@@ -2,7 +2,7 @@
 
 use crate::config::{NamespacePolicy, TargetConfig, TargetKind};
 
-use super::Validator;
+use super::validator::Validator;
 
 impl Validator {
     /// Checks a target's name and the fields its kind allows.
