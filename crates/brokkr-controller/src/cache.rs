@@ -11,7 +11,7 @@
 //!   hundred bytes each.
 //! - Every cached object drops its `managedFields`, which the controllers never read and which
 //!   are often the largest part of an object.
-//! - Classes and plans of both scopes keep only what reconciles read ([`slim_catalog_entry`]):
+//! - Classes and plans of both scopes keep only what reconciles read (`slim_catalog_entry`):
 //!   names, ids, flags, the broker and class they belong to, whether they were removed from
 //!   the catalog. Schemas, descriptions, the catalog's `metadata` and annotations go: a plan
 //!   of 8 KB in the API server is a few hundred bytes here.

@@ -42,13 +42,13 @@ pub struct Context {
     /// How many objects of one kind are reconciled at once.
     pub concurrency: u16,
     /// Instances, bindings, the catalog, Secrets' and Namespaces' metadata, and brokers'
-    /// clients, as watched (filled by [`run`]).
+    /// clients, as watched (filled by [`run`](crate::run)).
     pub caches: cache::Caches,
     /// The workload kinds watched for the usage and servicebinding.io controllers.
     pub workloads: workloads::Workloads,
     /// The versions of instances and bindings this process wrote last.
     pub written: Arc<Written>,
-    /// Instances' statuses whose write waits ([`status::HOLD_START_FOR`]).
+    /// Instances' statuses whose write waits (`HOLD_START_FOR`, 5 s).
     pub held_instances: status::Held<resources::ServiceInstanceStatus>,
     /// Bindings' statuses whose write waits.
     pub held_bindings: status::Held<resources::ServiceBindingStatus>,

@@ -1,6 +1,6 @@
 //! The error of every reconcile, and what a status may say of it: a namespaced broker's tenant
-//! learns nothing of what the other end did ([`said`]); the controller's log has it all
-//! ([`detail`]).
+//! learns nothing of what the other end did (`said`); the controller's log has it all
+//! (`detail`).
 
 use brokkr_osb::client::Error as OsbError;
 

@@ -111,7 +111,7 @@ impl LeaseLock {
         .map(drop)
     }
 
-    /// Waits until this replica holds the lease, trying every [`ACQUIRE_EVERY`] (or every third
+    /// Waits until this replica holds the lease, trying every `ACQUIRE_EVERY` (or every third
     /// of the lease's duration, if that is shorter): a replica waiting takes over within that
     /// of the lease's expiry.
     pub async fn acquire(&self) {

@@ -12,7 +12,8 @@
 //!   credentials in a servicebinding.io Secret;
 //! - [`parameters`]: the parameters both send, with `parametersFrom` Secrets;
 //! - [`projector`]: the one piece of code that edits workloads for usages and servicebinding.io;
-//! - [`projection`]: servicebinding.io ServiceBinding, a service's Secret projected into workloads;
+//! - [`servicebinding_io`]: servicebinding.io ServiceBinding, a service's Secret projected into
+//!   workloads;
 //! - [`usage`]: ServiceBindingUsage, a binding's Secret injected into a workload;
 //! - [`run`]: every controller, until a shutdown signal;
 //! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;

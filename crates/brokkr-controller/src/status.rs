@@ -50,7 +50,7 @@ where
 
 /// What this process wrote of each object (by uid), and what of it the watch delivered since:
 /// what tells a cached object from before one of its own writes without asking the API server
-/// ([`status_is_stale`]). Only writes of this process matter: a controller
+/// (`status_is_stale`). Only writes of this process matter: a controller
 /// that starts lists everything after its predecessor's last write.
 ///
 /// A watch delivers an object's versions in the order they were written. So a version it

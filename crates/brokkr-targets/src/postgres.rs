@@ -27,13 +27,12 @@
 //! brokkr never takes over what it did not create. Each role it creates carries, from the
 //! transaction that creates it, a comment naming the database it was made for and marking the
 //! instance and binding (its owner record: keyed hashes, never the ids, since every user of the
-//! server can read role comments; see [`crate::owner`]); a database is the instance's when its
-//! owner role is. Applying a resource
-//! whose role or database exists without this instance's (or binding's) record fails, and
-//! deleting one leaves it alone, so two instances that were given the same names cannot reach
-//! each other's data. Grants and role changes for one database are serialized with an advisory
-//! lock, so concurrent binds of one instance do not collide in the catalogs. Statements are never
-//! logged (they carry passwords).
+//! server can read role comments; see the crate's `owner` module); a database is the instance's
+//! when its owner role is. Applying a resource whose role or database exists without this
+//! instance's (or binding's) record fails, and deleting one leaves it alone, so two instances that
+//! were given the same names cannot reach each other's data. Grants and role changes for one
+//! database are serialized with an advisory lock, so concurrent binds of one instance do not
+//! collide in the catalogs. Statements are never logged (they carry passwords).
 //!
 //! The admin role needs `CREATEDB`, `CREATEROLE` and membership in `pg_signal_backend` (or is a
 //! superuser).

@@ -27,7 +27,7 @@
 //! for with the annotation `services.brokkr.dev/rotate` or when the broker's `renew_before` is
 //! reached; the predecessor is unbound once its grace period ends (`retire.rs`).
 //!
-//! Every phase is a method of one [`Reconcile`](state::Reconcile) (`state.rs`: the binding, the
+//! Every phase is a method of one `Reconcile` (`state.rs`: the binding, the
 //! status being built, how it waits, fails and writes); a binding waiting for its instance is
 //! `wait.rs`'s. `run` below reads the binding and hands it to the phase it is in.
 

@@ -16,7 +16,7 @@
 //! is written does not tell a closed port from an open one either ([`crate::held_failures`]).
 //!
 //! What the ServiceBrokers of one namespace may list together, and whose turn it is to list,
-//! is [`bounds`]'s; keeping a namespaced broker while its instances need it, [`hold`]'s.
+//! is `bounds.rs`'s; keeping a namespaced broker while its instances need it, `hold.rs`'s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -16,10 +16,10 @@
 //! - Operations are polled (`poll.rs`) with the broker's `Retry-After` or a backoff from 1 s
 //!   doubling to 5 min, until the plan's `maximumPollingDuration` (else 7 days).
 //! - Deleting deprovisions (`delete.rs`), unless ServiceBindings still name the instance; with
-//!   [`CASCADE_DELETE_ANNOTATION`] they are deleted first; with [`ABANDON_ANNOTATION`] the
-//!   finalizer goes without any broker call. A deletion never depends on the parameters'
-//!   Secrets; when the broker, its Secret or the plan is gone, the condition says so and names
-//!   the abandon annotation as the way out.
+//!   [`CASCADE_DELETE_ANNOTATION`](crate::resources::CASCADE_DELETE_ANNOTATION) they are
+//!   deleted first; with [`ABANDON_ANNOTATION`] the finalizer goes without any broker call. A
+//!   deletion never depends on the parameters' Secrets; when the broker, its Secret or the plan
+//!   is gone, the condition says so and names the abandon annotation as the way out.
 //! - Provision, update, deprovision and abandoning are reported as Kubernetes Events (never with
 //!   parameters).
 

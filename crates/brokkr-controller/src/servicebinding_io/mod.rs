@@ -1,6 +1,6 @@
 //! The servicebinding.io ServiceBinding controller: projects a Provisioned Service's Secret
 //! into the workloads a binding names (by name or by label selector) through the
-//! [`projector`], and unprojects it from workloads it no longer names and when
+//! [`projector`](crate::projector), and unprojects it from workloads it no longer names and when
 //! the binding goes.
 //!
 //! - The service: a `v1` `Secret` directly (Direct Secret Reference), else any resource whose

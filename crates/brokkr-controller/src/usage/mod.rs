@@ -1,5 +1,5 @@
 //! The ServiceBindingUsage controller: injects the Secret of a brokkr ServiceBinding into the
-//! workload a usage names, through the [`projector`], and removes exactly that
+//! workload a usage names, through the [`projector`](crate::projector), and removes exactly that
 //! injection when the usage goes or names another workload.
 //!
 //! A usage waits, with its `Ready` condition saying why (`ServiceBindingNotReady`,

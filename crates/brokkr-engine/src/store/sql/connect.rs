@@ -28,7 +28,7 @@ pub(super) enum Dialect {
     Postgres,
 }
 
-/// A [`Store`] on SQLite or PostgreSQL.
+/// A [`Store`](crate::store::Store) on SQLite or PostgreSQL.
 pub struct SqlStore {
     pub(super) pool: AnyPool,
     pub(super) dialect: Dialect,

@@ -87,8 +87,9 @@ pub fn migrations() -> Vec<Migration> {
 }
 
 impl SqlStore {
-    /// Brings the schema to `migrations.len()` (see [`Store::migrate`]). Replicas starting
-    /// together on PostgreSQL take turns under an advisory lock.
+    /// Brings the schema to `migrations.len()` (see
+    /// [`Store::migrate`](crate::store::Store::migrate)). Replicas starting together on
+    /// PostgreSQL take turns under an advisory lock.
     pub async fn migrate_with(&self, migrations: &[Migration]) -> Result<(), StoreError> {
         let mut conn = self.pool.acquire().await?;
         if self.dialect == Dialect::Postgres {
