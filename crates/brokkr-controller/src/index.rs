@@ -9,7 +9,8 @@
 //!
 //! - bindings by the instance they name ([`crate::cache::Caches::bindings_of_instance`]);
 //! - bindings by the Secrets they read (`parametersFrom`, `addKeysFrom`), and instances by the
-//!   Secrets their `parametersFrom` names ([`crate::cache::Caches::readers_of_secret`]).
+//!   Secrets their `parametersFrom` names ([`crate::cache::Caches::bindings_of_secret`],
+//!   [`crate::cache::Caches::instances_of_secret`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
