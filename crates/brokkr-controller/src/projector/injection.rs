@@ -9,9 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::{
-    Error, Mapping, annotations, annotations_mut, for_each_container, hex, list_mut, record,
-};
+use super::mapping::Mapping;
+use super::walk::{Error, annotations, annotations_mut, for_each_container, hex, list_mut, record};
 
 /// The prefix of a usage's record annotation; the usage's name follows.
 pub const USAGE_ANNOTATION_PREFIX: &str = "usage.services.brokkr.dev/";

@@ -2,7 +2,7 @@
 //! template's annotations and volumes, and paths to its containers and their lists; the
 //! built-in kinds' mappings and the `PodSpec`-able default.
 
-use super::{Path, PathError};
+use super::path::{Path, PathError};
 
 /// Where a kind keeps what the projector edits.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::{
-    ContainerMapping, Error, Found, Mapping, Path, annotations, annotations_mut,
-    for_each_container, hex, list_mut, record,
+use super::mapping::{ContainerMapping, Mapping};
+use super::path::Path;
+use super::walk::{
+    Error, Found, annotations, annotations_mut, for_each_container, hex, list_mut, record,
 };
 
 /// The variable that says where bindings are mounted.

@@ -4,6 +4,7 @@ use k8s_openapi::ByteString;
 use serde_json::json;
 
 use super::*;
+use serde_json::Value;
 
 fn pod_spec() -> Value {
     json!({

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{
+use super::shared::{
     Condition, LocalObjectReference, ObjectReference, ParametersFromSource, UserInfo, free_form,
 };
 
@@ -70,7 +70,7 @@ pub struct ServiceBindingSpec {
         rename = "externalID",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(extend("pattern" = super::EXTERNAL_ID_PATTERN, "maxLength" = super::EXTERNAL_ID_MAX_LEN))]
+    #[schemars(extend("pattern" = super::shared::EXTERNAL_ID_PATTERN, "maxLength" = super::shared::EXTERNAL_ID_MAX_LEN))]
     pub external_id: Option<String>,
     /// Who last changed the spec; forwarded to the broker only while the API server checks it
     /// (the `brokkr-user-info` ValidatingAdmissionPolicy).

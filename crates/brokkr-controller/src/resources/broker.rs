@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Condition, LocalObjectReference, ObjectReference};
+use super::shared::{Condition, LocalObjectReference, ObjectReference};
 
 /// What every broker's spec holds, cluster-wide or in a namespace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

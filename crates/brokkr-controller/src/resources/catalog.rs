@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{LocalObjectReference, free_form};
+use super::shared::{LocalObjectReference, free_form};
 
 /// A service offering as the broker's catalog describes it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Condition, LocalObjectReference, ParametersFromSource, UserInfo, free_form};
+use super::shared::{Condition, LocalObjectReference, ParametersFromSource, UserInfo, free_form};
 
 /// The spec of a [`ServiceInstance`]. The class and plan are named one way: by external name
 /// (`clusterServiceClassExternalName` + `clusterServicePlanExternalName`, or the namespaced
@@ -131,7 +131,7 @@ pub struct ServiceInstanceSpec {
         rename = "externalID",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(extend("pattern" = super::EXTERNAL_ID_PATTERN, "maxLength" = super::EXTERNAL_ID_MAX_LEN))]
+    #[schemars(extend("pattern" = super::shared::EXTERNAL_ID_PATTERN, "maxLength" = super::shared::EXTERNAL_ID_MAX_LEN))]
     pub external_id: Option<String>,
     /// Raising this number sends an update with the same spec.
     #[serde(default)]

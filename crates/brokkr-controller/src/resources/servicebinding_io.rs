@@ -22,7 +22,7 @@ macro_rules! servicebinding_version {
         use schemars::JsonSchema;
         use serde::{Deserialize, Serialize};
 
-        use crate::resources::LocalObjectReference;
+        use crate::resources::shared::LocalObjectReference;
 
         /// The spec of a [`ServiceBinding`]: which service's Secret to project into which
         /// workloads.

@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ConditionStatus, LocalObjectReference};
+use super::shared::{ConditionStatus, LocalObjectReference};
 use crate::projector::{ContainerPaths, Mapping, Path, PathError};
 
 /// The spec of a [`UsageKind`]: a kind whose workloads ServiceBindingUsages may name.
