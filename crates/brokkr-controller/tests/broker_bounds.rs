@@ -17,7 +17,7 @@ use axum::routing::get;
 use brokkr_controller::Context;
 use brokkr_controller::resources;
 use brokkr_fake_kube::FakeCluster;
-use brokkr_test_support::{RawServer, raw_server};
+use brokkr_test_support::{JSON_OK, RawServer, raw_server};
 use serde_json::{Value, json};
 
 const API: &str = "services.brokkr.dev/v1alpha1";
@@ -115,13 +115,8 @@ const NOT_OSB: &str = brokkr_controller::error::UNUSABLE;
 
 #[tokio::test]
 async fn a_120_mib_catalog_is_cut_off_at_the_limit_while_the_broker_still_writes() {
-    let RawServer { url, sent, .. } = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        vec![b' '; 64 << 10],
-        120 * 16,
-        Duration::ZERO,
-    )
-    .await;
+    let RawServer { url, sent, .. } =
+        raw_server(JSON_OK, vec![b' '; 64 << 10], 120 * 16, Duration::ZERO).await;
     let cluster = Cluster::start(allow_loopback).await;
     cluster.cluster_broker("huge", &url);
     let ready = cluster.ready(None, "huge").await;
@@ -147,13 +142,8 @@ async fn a_120_mib_catalog_is_cut_off_at_the_limit_while_the_broker_still_writes
 
 #[tokio::test]
 async fn a_broker_trickling_its_catalog_is_cut_off_at_the_time_limit() {
-    let RawServer { url, .. } = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        vec![b' '; 1],
-        1_000_000,
-        Duration::from_millis(50),
-    )
-    .await;
+    let RawServer { url, .. } =
+        raw_server(JSON_OK, vec![b' '; 1], 1_000_000, Duration::from_millis(50)).await;
     let cluster = Cluster::start(|ctx| {
         allow_loopback(ctx);
         ctx.brokers.timeout = Duration::from_secs(2);

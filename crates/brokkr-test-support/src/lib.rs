@@ -3,11 +3,11 @@
 //!
 //! - [`raw_server`]: a server on loopback that answers every request with a given head and a
 //!   body of the same bytes written over and over, for testing what a client does with an answer
-//!   too large or too slow to read.
+//!   too large or too slow to read ([`JSON_OK`], the head of a JSON answer without a length).
 //! - [`PgSchema`]: a schema of its own on the test PostgreSQL server.
 
 mod pg_schema;
 mod raw_server;
 
 pub use pg_schema::PgSchema;
-pub use raw_server::{RawServer, raw_server};
+pub use raw_server::{JSON_OK, RawServer, raw_server};

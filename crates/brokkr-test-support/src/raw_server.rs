@@ -8,6 +8,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+/// The head of a `200 OK` JSON answer whose body ends when the server hangs up (no
+/// `Content-Length`): what a broker streaming a catalog too large to read sends.
+pub const JSON_OK: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+
 /// A [`raw_server`], serving until the test's runtime ends.
 pub struct RawServer {
     /// Its base URL, `http://127.0.0.1:PORT`.

@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use brokkr_fake_kube::FakeCluster;
-use brokkr_test_support::raw_server;
+use brokkr_test_support::{JSON_OK, raw_server};
 use serde_json::json;
 use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -70,14 +70,9 @@ async fn a_120_mib_catalog_leaves_the_controllers_memory_where_it_was() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(120);
-    let url = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        vec![b' '; 1 << 20],
-        total,
-        Duration::ZERO,
-    )
-    .await
-    .url;
+    let url = raw_server(JSON_OK, vec![b' '; 1 << 20], total, Duration::ZERO)
+        .await
+        .url;
 
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeCluster::start().await;

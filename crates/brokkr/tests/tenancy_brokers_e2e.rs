@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use brokkr_test_support::{RawServer, raw_server};
+use brokkr_test_support::{JSON_OK, RawServer, raw_server};
 use serde_json::{Value, json};
 use support::cluster::*;
 use support::*;
@@ -196,13 +196,7 @@ async fn a_tenant_broker_with_a_huge_or_crowded_catalog_is_refused_and_a_real_on
     // 120 MiB of catalog, without a Content-Length.
     let RawServer {
         url: huge, sent, ..
-    } = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        vec![b' '; 1 << 20],
-        120,
-        Duration::ZERO,
-    )
-    .await;
+    } = raw_server(JSON_OK, vec![b' '; 1 << 20], 120, Duration::ZERO).await;
     tenant_broker(ns, "huge", &huge, "");
     let (ready, _) = tenant_sees(ns, "huge", "ErrorFetchingCatalog").await;
     assert_eq!(ready["message"], UNUSABLE);

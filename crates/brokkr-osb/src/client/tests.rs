@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brokkr_test_support::{RawServer, raw_server};
+use brokkr_test_support::{JSON_OK, RawServer, raw_server};
 
 use super::*;
 
@@ -13,13 +13,8 @@ const MIB: usize = 1 << 20;
 #[tokio::test]
 async fn a_catalog_longer_than_the_limit_is_cut_off_while_it_streams() {
     // 120 MiB without a Content-Length: the body ends when the broker hangs up.
-    let RawServer { url, sent, .. } = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        vec![b' '; 64 << 10],
-        120 * 16,
-        Duration::ZERO,
-    )
-    .await;
+    let RawServer { url, sent, .. } =
+        raw_server(JSON_OK, vec![b' '; 64 << 10], 120 * 16, Duration::ZERO).await;
     let client = Client::builder(&url)
         .body_limits(BodyLimits {
             catalog: MIB as u64,
@@ -106,13 +101,8 @@ async fn an_error_answer_too_long_to_read_keeps_its_status() {
 #[tokio::test]
 async fn a_broker_that_trickles_its_answer_is_cut_off_at_the_timeout() {
     // One byte every 100 ms: no read ever waits long, the whole answer would take hours.
-    let RawServer { url, .. } = raw_server(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
-        vec![b' '; 1],
-        100_000,
-        Duration::from_millis(100),
-    )
-    .await;
+    let RawServer { url, .. } =
+        raw_server(JSON_OK, vec![b' '; 1], 100_000, Duration::from_millis(100)).await;
     let client = Client::builder(&url)
         .timeout(Duration::from_secs(1))
         .build()
