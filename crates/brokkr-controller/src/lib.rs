@@ -23,7 +23,13 @@
 //! - [`held_failures`]: a namespaced broker's failures told no sooner than a floor;
 //! - [`lease`]: leader election on a Lease, so that two replicas can run;
 //! - [`namespace_deletion`]: a namespace being deleted ends even when a broker never answers;
-//! - [`metrics`]: what they count.
+//! - [`metrics`]: what they count;
+//! - [`context`], [`resolve`], [`broker_policy`], [`broker_kind`]: what every controller shares:
+//!   the reconciles' context, what an object names (class, plan, broker, its OSB client), what a
+//!   broker may cost, and the two broker kinds.
+//!
+//! The modules stand on floors, each importing only from those below it: docs/architecture.md
+//! draws them and says what each may import.
 
 pub mod backoff;
 pub mod binding;
