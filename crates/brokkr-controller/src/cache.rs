@@ -84,6 +84,7 @@ pub struct Caches {
     instances_changed: Broadcast<ObjectRef<ServiceInstance>>,
     bindings_changed: Broadcast<BindingChange>,
     secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
+    plans_changed: Broadcast<PlanChange>,
     /// Bindings by the instance they name.
     bindings_by_instance: Arc<Index<ServiceBinding>>,
     /// Bindings by the Secrets they read (`parametersFrom`, `addKeysFrom`).
@@ -106,6 +107,16 @@ pub struct BindingChange {
     pub instance: ObjectRef<ServiceInstance>,
     /// Whether it is being deleted, or is gone.
     pub going: bool,
+}
+
+/// A ClusterServicePlan or ServicePlan created, changed or deleted: what the instances of the
+/// plan need to know that their plan may offer another maintenance version.
+#[derive(Debug)]
+pub struct PlanChange {
+    /// The plan's namespace; `None` for a ClusterServicePlan.
+    pub namespace: Option<String>,
+    /// The plan's catalog id.
+    pub external_id: String,
 }
 
 /// The writing halves of the stores, until [`Caches::start`] takes them.
@@ -169,6 +180,7 @@ impl Default for Caches {
             instances_changed: broadcast::channel(CHANGES_BUFFER).0,
             bindings_changed: broadcast::channel(CHANGES_BUFFER).0,
             secrets_changed: broadcast::channel(CHANGES_BUFFER).0,
+            plans_changed: broadcast::channel(CHANGES_BUFFER).0,
             bindings_by_instance: Arc::new(Index::new(|b| {
                 vec![crate::identity::bound_instance_name(b).to_owned()]
             })),
@@ -302,6 +314,13 @@ impl Caches {
         follow(&self.secrets_changed)
     }
 
+    /// The ClusterServicePlans and ServicePlans created, changed or deleted from now on.
+    pub fn plan_changes(
+        &self,
+    ) -> impl futures::Stream<Item = Seen<Arc<PlanChange>>> + Send + use<> {
+        follow(&self.plans_changed)
+    }
+
     /// The futures that fill the caches from watches of `client`, namespaced kinds within
     /// `scope`; they run until dropped. Only the first call gets them; later calls get none.
     /// `written` is told what the instance and binding watches deliver.
@@ -320,6 +339,7 @@ impl Caches {
             self.bindings_changed.clone(),
             self.secrets_changed.clone(),
         );
+        let (plans, cluster_plans) = (self.plans_changed.clone(), self.plans_changed.clone());
         let (instances_written, bindings_written) = (written.clone(), written.clone());
         let instances_by_secret = self.instances_by_secret.clone();
         let (bindings_by_instance, bindings_by_secret) = (
@@ -370,7 +390,12 @@ impl Caches {
                 config.clone(),
                 w.plans,
                 |p: &mut ServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
-                drop,
+                move |event| {
+                    broadcast(&plans, event, |p: ServicePlan, _| PlanChange {
+                        namespace: p.metadata.namespace,
+                        external_id: p.spec.common.external_id,
+                    });
+                },
             ),
             reflect(
                 scope.api::<PartialObjectMeta<Secret>>(client),
@@ -397,7 +422,14 @@ impl Caches {
                     all(),
                     w.cluster_plans,
                     |p: &mut ClusterServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
-                    drop,
+                    move |event| {
+                        broadcast(&cluster_plans, event, |p: ClusterServicePlan, _| {
+                            PlanChange {
+                                namespace: None,
+                                external_id: p.spec.common.external_id,
+                            }
+                        });
+                    },
                 ),
                 reflect(namespaces, all(), w.namespaces, drop),
             ]);
@@ -465,6 +497,27 @@ impl Caches {
         let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
         let name = secret.metadata.name.as_deref().unwrap_or_default();
         self.instances_by_secret.get(namespace, name)
+    }
+
+    /// The provisioned ServiceInstances of the plan that changed: a scan, as plans change
+    /// seldom (an instance not yet provisioned reads its plan when it is).
+    pub fn instances_of_plan(&self, plan: &PlanChange) -> Vec<ObjectRef<ServiceInstance>> {
+        woken(&self.instances, |i| {
+            let Some(sent) = i
+                .status
+                .as_ref()
+                .and_then(|s| s.external_properties.as_ref())
+            else {
+                return false;
+            };
+            match &plan.namespace {
+                None => sent.cluster_service_plan_external_id.as_ref() == Some(&plan.external_id),
+                Some(ns) => {
+                    i.metadata.namespace.as_ref() == Some(ns)
+                        && sent.service_plan_external_id.as_ref() == Some(&plan.external_id)
+                }
+            }
+        })
     }
 
     /// Whether the namespace is being deleted (nothing new may be written into it).

@@ -124,8 +124,9 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
 }
 
 /// The instance controller: woken by its instances' changes, by a Secret that `parametersFrom`
-/// names (it may change the parameters), and by a ServiceBinding that goes (it may unblock its
-/// instance's deletion; the bindings' other changes do not concern the instance).
+/// names (it may change the parameters), by a ServiceBinding that goes (it may unblock its
+/// instance's deletion; the bindings' other changes do not concern the instance), and by a
+/// change to the plan of a provisioned instance (it may offer another maintenance version).
 fn instance_controller(
     ctx: &Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -138,6 +139,10 @@ fn instance_controller(
         .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
             move |_, secret| ctx.caches.instances_of_secret(&secret)
+        }))
+        .reconcile_on(cache::waking(store.clone(), ctx.caches.plan_changes(), {
+            let ctx = ctx.clone();
+            move |_, plan| ctx.caches.instances_of_plan(&plan)
         }))
         .reconcile_on(cache::waking(
             store.clone(),
