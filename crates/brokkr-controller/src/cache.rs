@@ -81,7 +81,7 @@ pub struct Caches {
     /// controller may not list them and serves only its namespace's brokers.
     cluster_watched: std::sync::atomic::AtomicBool,
     osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
-    instances_changed: Broadcast<ObjectRef<ServiceInstance>>,
+    instances_changed: Broadcast<InstanceChange>,
     bindings_changed: Broadcast<BindingChange>,
     secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
     plans_changed: Broadcast<PlanChange>,
@@ -97,8 +97,19 @@ pub struct Caches {
 /// kind was listed anew (what changed in between is not known).
 pub(crate) type Broadcast<T> = broadcast::Sender<Option<Arc<T>>>;
 
-/// A ServiceBinding created, changed or deleted: what its followers need of it. (Followers get
-/// references, not objects: a follower that falls behind keeps no copy of an object alive.)
+/// A ServiceInstance created, changed or deleted. (Followers get references, not objects: a
+/// follower that falls behind keeps no copy of an object alive.)
+#[derive(Debug)]
+pub struct InstanceChange {
+    /// The instance.
+    pub instance: ObjectRef<ServiceInstance>,
+    /// Whether this is this process's own last write of it, delivered back by the watch: the
+    /// reconcile that wrote it chose what comes next, so the instance's own controller need not
+    /// look again (its followers, the bindings, still do).
+    pub own_write: bool,
+}
+
+/// A ServiceBinding created, changed or deleted: what its followers need of it.
 #[derive(Debug)]
 pub struct BindingChange {
     /// The binding.
@@ -107,6 +118,9 @@ pub struct BindingChange {
     pub instance: ObjectRef<ServiceInstance>,
     /// Whether it is being deleted, or is gone.
     pub going: bool,
+    /// Whether this is this process's own last write of it, delivered back by the watch (see
+    /// [`InstanceChange::own_write`]).
+    pub own_write: bool,
 }
 
 /// A ClusterServicePlan or ServicePlan created, changed or deleted: what the instances of the
@@ -296,7 +310,7 @@ impl Caches {
     /// The ServiceInstances created, changed or deleted from now on.
     pub fn instance_changes(
         &self,
-    ) -> impl futures::Stream<Item = Seen<Arc<ObjectRef<ServiceInstance>>>> + Send + use<> {
+    ) -> impl futures::Stream<Item = Seen<Arc<InstanceChange>>> + Send + use<> {
         follow(&self.instances_changed)
     }
 
@@ -354,8 +368,11 @@ impl Caches {
                 move |event| {
                     instances_written.watched(&event);
                     instances_by_secret.apply(&event);
-                    broadcast(&instances, event, |i: ServiceInstance, _| {
-                        ObjectRef::from_obj(&i)
+                    broadcast(&instances, event, |i: ServiceInstance, deleted| {
+                        InstanceChange {
+                            own_write: !deleted && instances_written.is_last(&i),
+                            instance: ObjectRef::from_obj(&i),
+                        }
                     });
                 },
             ),
@@ -369,6 +386,7 @@ impl Caches {
                     bindings_by_secret.apply(&event);
                     broadcast(&bindings, event, |b: ServiceBinding, deleted| {
                         BindingChange {
+                            own_write: !deleted && bindings_written.is_last(&b),
                             going: deleted || b.metadata.deletion_timestamp.is_some(),
                             instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
                                 .within(b.metadata.namespace.as_deref().unwrap_or_default()),

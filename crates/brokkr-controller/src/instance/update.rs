@@ -133,7 +133,7 @@ pub(super) async fn update(
         }
         Ok(response) => {
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
-            updated(instance, ctx, status).await
+            updated(instance, ctx, status, &resolved.plan).await
         }
         Err(e) => {
             let said = resolved.said(&e);
