@@ -9,6 +9,10 @@
 //! formatting of the YAML make no difference. It is kept as JSON rather than a hash, so that a
 //! change can be explained: [`Fingerprint::changes_since`] names the paths that differ, never
 //! their values (a template may hold a secret).
+//!
+//! Stores keep fingerprints across upgrades of brokkr, so the form must not change for a
+//! blueprint that did not: a field added to the blueprint's types is left out of the serialized
+//! form while it has its default (`skip_serializing_if`), as every optional field is now.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -280,6 +284,18 @@ mod tests {
             &format!("  deadline: 1h\n{BLUEPRINT}"),
         ));
         assert_eq!(before, after);
+    }
+
+    #[test]
+    fn the_canonical_form_is_stable() {
+        let yaml = config(
+            "d",
+            "  instance:\n    steps:\n    - {name: objects, target: k8s, templates: [{kind: ConfigMap, apiVersion: v1}]}\n  binding: {credentials: {type: x}}\n",
+        );
+        assert_eq!(
+            fingerprint(&yaml).as_json(),
+            r#"{"binding":{"credentials":{"type":"x"},"steps":[]},"instance":{"steps":[{"name":"objects","target":"k8s","templates":[{"apiVersion":"v1","kind":"ConfigMap"}]}]},"targets":{"k8s":"kubernetes"}}"#
+        );
     }
 
     #[test]
