@@ -107,9 +107,10 @@ async fn compare_with_store(url: &str, config: &brokkr_blueprint::Config) -> Res
     Ok(())
 }
 
-/// The file of a `sqlite://PATH` store URL, unless it is in memory.
+/// The file of a `sqlite://PATH` (or `sqlite:PATH`) store URL, unless it is in memory.
 fn sqlite_file(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("sqlite://")?;
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
     let path = rest.split('?').next().unwrap_or(rest);
     (!path.is_empty() && !path.starts_with(':')).then_some(path)
 }
@@ -124,6 +125,17 @@ fn count(n: usize, noun: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sqlite_store_url_names_its_file() {
+        assert_eq!(
+            super::sqlite_file("sqlite:///srv/brokkr.db?mode=rwc"),
+            Some("/srv/brokkr.db")
+        );
+        assert_eq!(super::sqlite_file("sqlite:brokkr.db"), Some("brokkr.db"));
+        assert_eq!(super::sqlite_file("sqlite::memory:"), None);
+        assert_eq!(super::sqlite_file("postgres://db/brokkr"), None);
+    }
+
     #[test]
     fn counts_read_as_english() {
         assert_eq!(super::count(1, "service"), "1 service");
