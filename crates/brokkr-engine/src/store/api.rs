@@ -188,6 +188,9 @@ pub trait Store: Send + Sync {
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
 
+    /// A broker setting's value, if it is set; writes nothing.
+    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError>;
+
     /// Removes a broker setting; returns whether it was set.
     async fn delete_setting(&self, name: &str) -> Result<bool, StoreError>;
 

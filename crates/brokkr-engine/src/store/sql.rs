@@ -193,6 +193,10 @@ impl Store for SqlStore {
         SqlStore::init_setting(self, name, value).await
     }
 
+    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        SqlStore::setting(self, name).await
+    }
+
     async fn delete_setting(&self, name: &str) -> Result<bool, StoreError> {
         SqlStore::delete_setting(self, name).await
     }

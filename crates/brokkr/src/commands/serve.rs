@@ -116,6 +116,7 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
     }
     let targets = Targets::from_config(&config.targets, &local_root(&store_url))
         .context("cannot set up the targets")?;
+    crate::versions::record(store.as_ref(), &config).await?;
     let engine = Engine::with_targets(store, options, targets);
     for (name, kind) in kinds.0 {
         engine.register(&name, kind);
