@@ -102,7 +102,8 @@ async fn expired_bindings_by_plan_and_time(backend: Backend) {
             .expired_bindings(&plans(&["p1"]), now, 1)
             .await
             .unwrap();
-        assert_eq!(found, [later.clone()], "at most the limit");
+        assert_eq!(found.first(), Some(&later), "at most the limit");
+        assert_eq!(found.len(), 1);
         let found = store
             .expired_bindings(&plans(&["p1", "p2"]), now, 10)
             .await
