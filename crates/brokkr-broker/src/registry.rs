@@ -1,5 +1,6 @@
 //! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
-//! their latency and open connections, beside the engine's operation, step and orphan families.
+//! their latency and open connections, bindings revoked when their credentials expired, beside
+//! the engine's operation, step and orphan families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,6 +24,8 @@ pub struct Metrics {
     latency: Family<RequestLabels, Histogram>,
     /// Open HTTP connections (see [`crate::server`]).
     pub(crate) connections: Gauge,
+    /// Bindings this broker unbound because their credentials expired (see [`crate::expiry`]).
+    pub(crate) revoked: Counter,
 }
 
 impl Metrics {
@@ -49,12 +52,19 @@ impl Metrics {
             "Open HTTP connections",
             connections.clone(),
         );
+        let revoked = Counter::default();
+        registry.register(
+            "brokkr_bindings_revoked",
+            "Bindings unbound by the broker because their credentials expired",
+            revoked.clone(),
+        );
         engine.metrics().register(&mut registry);
         Self {
             registry,
             requests,
             latency,
             connections,
+            revoked,
         }
     }
 

@@ -203,6 +203,16 @@ pub trait Store: Send + Sync {
     /// The resource whose current or previous operation is `op_id`.
     async fn find_operation(&self, op_id: &str) -> Result<Option<Resource>, StoreError>;
 
+    /// Bindings of the plans `plan_ids` whose credentials expired by `now` (ms; their outputs'
+    /// `expires_at`), ready and with no operation running, the longest expired first, at most
+    /// `limit`. Found through an index: the other resources are not read.
+    async fn expired_bindings(
+        &self,
+        plan_ids: &[String],
+        now: i64,
+        limit: i64,
+    ) -> Result<Vec<Key>, StoreError>;
+
     /// Instances (not bindings), optionally only those with `status`, newest first, at most
     /// `limit`.
     async fn list_instances(
