@@ -280,6 +280,19 @@ where
         .collect()
 }
 
+/// What a change of an object wakes in the object's own controller: the object, unless the
+/// change is this process's own last write delivered back (the reconcile that wrote it chose
+/// what comes next).
+pub fn unless_own<K>(object: &ObjectRef<K>, own_write: bool) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    match own_write {
+        true => Vec::new(),
+        false => vec![object.clone()],
+    }
+}
+
 /// A reference to every object of `store`: what a follower that missed changes wakes.
 pub fn every<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
 where

@@ -132,16 +132,9 @@ fn instance_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
-    // Its own writes delivered back wake it not: the reconcile that wrote chose what comes next.
-    let changes =
-        cache::waking(
-            store.clone(),
-            ctx.caches.instance_changes(),
-            |_, change| match change.own_write {
-                true => Vec::new(),
-                false => vec![change.instance.clone()],
-            },
-        );
+    let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, c| {
+        cache::unless_own(&c.instance, c.own_write)
+    });
     ctx.followed_controller(&store, changes)
         .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
@@ -179,16 +172,9 @@ fn binding_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
-    // Its own writes delivered back wake it not: the reconcile that wrote chose what comes next.
-    let changes =
-        cache::waking(
-            store.clone(),
-            ctx.caches.binding_changes(),
-            |_, change| match change.own_write {
-                true => Vec::new(),
-                false => vec![change.binding.clone()],
-            },
-        );
+    let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, c| {
+        cache::unless_own(&c.binding, c.own_write)
+    });
     ctx.followed_controller(&store, changes)
         .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
