@@ -1,5 +1,6 @@
 //! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
-//! their latency and open connections, beside the engine's operation, step and orphan families.
+//! their latency and open connections, instances by plan and maintenance version, beside the
+//! engine's operation, step and orphan families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,6 +17,14 @@ pub struct RequestLabels {
     status: u16,
 }
 
+/// Labels of the instances of a plan at a maintenance version (`""` when they record none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceLabels {
+    service: String,
+    plan: String,
+    version: String,
+}
+
 /// The broker's registry and HTTP metric families.
 pub struct Metrics {
     registry: Registry,
@@ -23,6 +32,7 @@ pub struct Metrics {
     latency: Family<RequestLabels, Histogram>,
     /// Open HTTP connections (see [`crate::server`]).
     pub(crate) connections: Gauge,
+    instances: Family<InstanceLabels, Gauge>,
 }
 
 impl Metrics {
@@ -49,12 +59,19 @@ impl Metrics {
             "Open HTTP connections",
             connections.clone(),
         );
+        let instances = Family::<InstanceLabels, Gauge>::default();
+        registry.register(
+            "brokkr_instances",
+            "Ready instances by service, plan and maintenance version",
+            instances.clone(),
+        );
         engine.metrics().register(&mut registry);
         Self {
             registry,
             requests,
             latency,
             connections,
+            instances,
         }
     }
 
@@ -67,6 +84,22 @@ impl Metrics {
         };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Replaces the instance counts with `counts`: (service, plan, version, how many).
+    pub(crate) fn set_instances(
+        &self,
+        counts: impl IntoIterator<Item = (String, String, String, i64)>,
+    ) {
+        self.instances.clear();
+        for (service, plan, version, count) in counts {
+            let labels = InstanceLabels {
+                service,
+                plan,
+                version,
+            };
+            self.instances.get_or_create(&labels).set(count);
+        }
     }
 
     /// The registry in the Prometheus text format.

@@ -5,7 +5,7 @@
 use sqlx::{Executor, Row};
 
 use super::connect::{Dialect, SqlStore};
-use super::orphans;
+use super::{orphans, upgrades};
 use crate::store::error::StoreError;
 
 const SCHEMA: &[&str] = &[
@@ -73,17 +73,24 @@ pub struct Migration {
 }
 
 /// This brokkr's schema version: the number of [`migrations`].
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Every migration, oldest first. Version 1 is the schema as it was before versions were
 /// recorded; its statements all say `IF NOT EXISTS`, so a store from then is brought to version
 /// 1 by running them again. Add a migration at the end (and raise [`SCHEMA_VERSION`]); never
 /// change one that has been released.
 pub fn migrations() -> Vec<Migration> {
-    vec![Migration {
-        statements: SCHEMA.iter().chain(orphans::SCHEMA).copied().collect(),
-        breaks_older: false,
-    }]
+    vec![
+        Migration {
+            statements: SCHEMA.iter().chain(orphans::SCHEMA).copied().collect(),
+            breaks_older: false,
+        },
+        // Fleet upgrades: new tables only.
+        Migration {
+            statements: upgrades::SCHEMA.to_vec(),
+            breaks_older: false,
+        },
+    ]
 }
 
 impl SqlStore {
