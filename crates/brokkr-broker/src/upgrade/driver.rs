@@ -1,8 +1,8 @@
 //! The loop that drives fleet upgrades, which every broker runs: each turn it leases the running
 //! and paused orchestrations no other live broker holds (renewing its own), follows their
-//! upgrades in progress, starts pending ones as `max_parallel`, the canary wave and
-//! `max_failures` allow, and ends an orchestration once every instance is done or it must
-//! stop. A broker that dies leaves its lease to expire; another (or it, restarted) carries on
+//! upgrades in progress (a cancelled one's too), starts pending ones as `max_parallel`, the
+//! canary wave and `max_failures` allow, and ends an orchestration once every instance is done,
+//! or once it must stop and the upgrades under way have ended. A broker that dies leaves its lease to expire; another (or it, restarted) carries on
 //! from what the store says.
 
 use std::sync::Arc;
@@ -108,7 +108,8 @@ async fn drive(broker: &Broker, id: &str) -> Result<(), ApiError> {
     let Some((o, mut items)) = store.orchestration(id).await? else {
         return Ok(());
     };
-    if o.state.is_final() {
+    let cancelled = o.state == OrchestrationState::Cancelled;
+    if o.state.is_final() && !cancelled {
         return Ok(());
     }
     // Upgrades under way are followed even while paused.
@@ -122,6 +123,9 @@ async fn drive(broker: &Broker, id: &str) -> Result<(), ApiError> {
             }
             *item = next;
         }
+    }
+    if cancelled {
+        return Ok(());
     }
     let mut t = tally(&o, &items);
     if o.state == OrchestrationState::Running && must_stop(&o, &t).is_none() {
@@ -148,6 +152,8 @@ async fn drive(broker: &Broker, id: &str) -> Result<(), ApiError> {
     }
     let active = [OrchestrationState::Running, OrchestrationState::Paused];
     let (end, why) = match (must_stop(&o, &t), t.open) {
+        // Stopped: it ends once the upgrades under way have.
+        (Some(_), _) if t.running > 0 => return Ok(()),
         (Some(why), _) => (OrchestrationState::Failed, why),
         (None, 0) if t.failed > 0 => (
             OrchestrationState::Failed,

@@ -237,8 +237,9 @@ pub trait Store: Send + Sync {
         description: Option<&str>,
     ) -> Result<bool, StoreError>;
 
-    /// Leases to `owner`, until `lease_until`, the running and paused fleet upgrades whose lease
-    /// is free, expired or `owner`'s already; returns their ids.
+    /// Leases to `owner`, until `lease_until`, the running and paused fleet upgrades (and the
+    /// cancelled ones with upgrades still in progress) whose lease is free, expired or
+    /// `owner`'s already; returns their ids.
     async fn claim_orchestrations(
         &self,
         owner: &str,

@@ -213,7 +213,9 @@ impl SqlStore {
         };
         let rows = sqlx::query(
             "UPDATE brokkr_upgrades SET lease_owner = $1, lease_until = $2 \
-             WHERE state IN ('running', 'paused') \
+             WHERE (state IN ('running', 'paused') OR (state = 'cancelled' AND EXISTS ( \
+                 SELECT 1 FROM brokkr_upgrade_items i \
+                 WHERE i.upgrade_id = brokkr_upgrades.id AND i.state = 'in progress'))) \
              AND (lease_owner IS NULL OR lease_owner = $1 OR lease_until < $3) \
              RETURNING id",
         )

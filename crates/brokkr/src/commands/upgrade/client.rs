@@ -50,6 +50,7 @@ impl Admin {
                  BROKKR_ADMIN_PASSWORD (or --username and --password)"
             );
         };
+        brokkr_osb::client::install_crypto_provider();
         let http = reqwest::Client::builder().timeout(args.timeout).build()?;
         Ok(Self {
             http,
