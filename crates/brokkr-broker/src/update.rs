@@ -145,7 +145,7 @@ pub(crate) async fn start_update(
     }
     // A plan change moves the instance to the new plan's maintenance version.
     let plan_version = (target_plan != current.plan_id)
-        .then(|| entry.plan.maintenance_info.as_ref())
+        .then_some(entry.plan.maintenance_info.as_ref())
         .flatten();
     if let Some(version) = req.maintenance_info.as_ref().or(plan_version) {
         attrs.maintenance_info = Some(maintenance_version(version.version.clone()));
