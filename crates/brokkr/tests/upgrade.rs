@@ -3,7 +3,8 @@
 //! `max_connections`, its data and binding intact; a fleet moved to the plan's new maintenance version through a `kill -9` of the broker
 //! in the middle, each instance upgraded exactly once; a dry run that changes nothing; a failed
 //! canary and `max_failures` that stop an upgrade, leaving the failed instances usable at their
-//! old version; pause, resume and cancel.
+//! old version; pause, resume and cancel, and an instance the platform upgraded meanwhile taken
+//! as done.
 
 mod support;
 
@@ -379,14 +380,14 @@ async fn a_failed_canary_or_too_many_failures_stop_an_upgrade_and_leave_instance
 }
 
 #[tokio::test]
-async fn an_upgrade_can_be_paused_resumed_and_cancelled() {
+async fn an_upgrade_can_be_paused_resumed_and_cancelled_and_takes_the_platforms_own() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("brokkr.yaml"), config("1.0.0")).unwrap();
     let fleet = ids("p", 6);
-    {
+    let provisions = {
         let broker = Broker::start(dir.path()).await;
-        broker.provision(&fleet, &[]).await;
-    }
+        broker.provision(&fleet, &[]).await
+    };
     std::fs::write(dir.path().join("brokkr.yaml"), config("1.1.0")).unwrap();
     let broker = Broker::start(dir.path()).await;
 
@@ -406,6 +407,17 @@ async fn an_upgrade_can_be_paused_resumed_and_cancelled() {
     assert_eq!(still["counts"], settled["counts"]);
     assert!(still["counts"]["pending"].as_u64().unwrap() >= 5, "{still}");
 
+    // Meanwhile the platform upgrades p-01 itself: the orchestration takes that as done.
+    let body = json!({"service_id": "fleet-svc", "maintenance_info": {"version": "1.1.0"}});
+    let path = "/v2/service_instances/p-01?accepts_incomplete=true";
+    let (status, answer) = broker.osb(Method::PATCH, path, Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let platforms = answer["operation"].as_str().unwrap().to_owned();
+    assert_eq!(
+        broker.last_operation_ends("p-01").await["state"],
+        "succeeded"
+    );
+
     cli(&broker, &["resume", &id]);
     eventually("the upgrade to go on", async || {
         let u = broker.upgrade(&id).await;
@@ -414,22 +426,38 @@ async fn an_upgrade_can_be_paused_resumed_and_cancelled() {
     .await;
     let cancelled = cli(&broker, &["cancel", &id]);
     assert!(cancelled.contains(": cancelled"), "{cancelled}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = broker.upgrade(&id).await;
+    let after = eventually("the cancelled upgrade to settle", async || {
+        let u = broker.upgrade(&id).await;
+        (u["counts"]["in_progress"] == 0).then_some(u)
+    })
+    .await;
     assert_eq!(after["state"], "cancelled");
     assert!(after["counts"]["pending"].as_u64().unwrap() >= 1, "{after}");
+    let by_platform = &after["instances"][1];
+    assert_eq!(by_platform["state"], "succeeded", "{after}");
+    let description = by_platform["description"].as_str().unwrap();
+    assert!(description.contains(&platforms), "{after}");
 
-    // A cancelled upgrade cannot be resumed.
+    // A cancelled upgrade cannot be resumed; a new one takes the instances left.
     let resume = format!("/admin/v1/upgrades/{id}/resume");
     let (status, answer) = broker.admin(Method::POST, &resume, None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{answer}");
-    let (status, _) = (broker.admin(
-        Method::POST,
-        "/admin/v1/upgrades",
-        Some(json!({"service": "fleet", "plan": "small", "max_parallel": 0})),
-    ))
-    .await;
+    let bad = json!({"service": "fleet", "plan": "small", "max_parallel": 0});
+    let (status, _) = (broker.admin(Method::POST, "/admin/v1/upgrades", Some(bad))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    let next = broker
+        .start_upgrade(json!({"service": "fleet", "plan": "small", "max_parallel": 3}))
+        .await;
+    let done = broker.upgrade_reaches(&next, "succeeded").await;
+    let left = after["counts"]["pending"].as_u64().unwrap();
+    assert_eq!(done["counts"]["total"].as_u64().unwrap(), left, "{done}");
+
+    // Every instance had exactly one update since its provision.
+    for i in broker.instances().await {
+        let n: usize = i["instance_id"].as_str().unwrap()[2..].parse().unwrap();
+        assert_eq!(i["maintenance_version"], "1.1.0", "{i}");
+        assert_eq!(i["previous_operation"]["id"], provisions[n], "{i}");
+    }
 }
 
 /// A PostgreSQL server of the `local` target per instance, at `version` with `max_connections`;

@@ -117,7 +117,7 @@ async fn drive(broker: &Broker, id: &str) -> Result<(), ApiError> {
         .iter_mut()
         .filter(|i| i.state == ItemState::InProgress)
     {
-        if let Some(next) = advance(broker, &o, item, false).await? {
+        if let Some(next) = advance(broker, &o, item).await? {
             if !save(broker, &o, &next).await? {
                 return Ok(());
             }
@@ -136,8 +136,10 @@ async fn drive(broker: &Broker, id: &str) -> Result<(), ApiError> {
             }
             // The canaries first, all of them succeeded before any other starts.
             let wave_open = item.position < o.canary || t.canaries_done;
-            let may_start = wave_open && t.running < o.max_parallel;
-            let Some(next) = advance(broker, &o, item, may_start).await? else {
+            if !wave_open || t.running >= o.max_parallel {
+                continue;
+            }
+            let Some(next) = advance(broker, &o, item).await? else {
                 continue;
             };
             if !save(broker, &o, &next).await? {

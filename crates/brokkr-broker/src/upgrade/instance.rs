@@ -58,14 +58,13 @@ fn of_operation(item: &UpgradeItem, op: &Operation) -> Option<UpgradeItem> {
     }
 }
 
-/// The instance of `item` moved one step on; `None` when it stays as it is (an upgrade still
-/// running; another operation of the instance to wait for). Starts an upgrade only when
-/// `may_start`.
+/// The instance of `item` moved one step on: a pending one started, or found done or under way
+/// already; one in progress followed. `None` when it stays as it is (an upgrade still running;
+/// another operation of the instance to wait for).
 pub(crate) async fn advance(
     broker: &Broker,
     o: &Orchestration,
     item: &UpgradeItem,
-    may_start: bool,
 ) -> Result<Option<UpgradeItem>, ApiError> {
     let key = Key::instance(&item.instance_id);
     let current = broker.engine.store().get(&key).await?;
@@ -98,9 +97,6 @@ pub(crate) async fn advance(
     if r.plan_id != o.plan_id {
         let moved_away = "the instance moved to another plan: nothing to upgrade".to_owned();
         return Ok(Some(moved(item, ItemState::Succeeded, None, moved_away)));
-    }
-    if !may_start {
-        return Ok(None);
     }
     start(broker, item, &r, target).await
 }
