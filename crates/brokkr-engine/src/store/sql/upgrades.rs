@@ -42,6 +42,12 @@ pub(super) const SCHEMA: &[&str] = &[
     )",
 ];
 
+/// The orchestrations a broker drives: running and paused ones, and cancelled ones whose
+/// upgrades under way it still follows.
+const DRIVEN: &str = "(state IN ('running', 'paused') OR (state = 'cancelled' AND EXISTS ( \
+    SELECT 1 FROM brokkr_upgrade_items i \
+    WHERE i.upgrade_id = brokkr_upgrades.id AND i.state = 'in progress')))";
+
 const UPGRADE_COLUMNS: &str = "id, service_id, plan_id, target_version, max_parallel, canary, \
     max_failures, state, description, created_at, finished_at";
 
@@ -211,19 +217,24 @@ impl SqlStore {
             Dialect::Postgres => crate::clock::now_ms(),
             Dialect::Sqlite => i64::MAX,
         };
-        let rows = sqlx::query(
-            "UPDATE brokkr_upgrades SET lease_owner = $1, lease_until = $2 \
-             WHERE (state IN ('running', 'paused') OR (state = 'cancelled' AND EXISTS ( \
-                 SELECT 1 FROM brokkr_upgrade_items i \
-                 WHERE i.upgrade_id = brokkr_upgrades.id AND i.state = 'in progress'))) \
-             AND (lease_owner IS NULL OR lease_owner = $1 OR lease_until < $3) \
-             RETURNING id",
-        )
-        .bind(owner)
-        .bind(lease_until)
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await?;
+        // Most of the time there is nothing to drive: a read says so without writing.
+        let driven = format!("SELECT id FROM brokkr_upgrades WHERE {DRIVEN} LIMIT 1");
+        let any = sqlx::query(AssertSqlSafe(driven))
+            .fetch_optional(&self.pool)
+            .await?;
+        if any.is_none() {
+            return Ok(Vec::new());
+        }
+        let claim = format!(
+            "UPDATE brokkr_upgrades SET lease_owner = $1, lease_until = $2 WHERE {DRIVEN} \
+             AND (lease_owner IS NULL OR lease_owner = $1 OR lease_until < $3) RETURNING id"
+        );
+        let rows = sqlx::query(AssertSqlSafe(claim))
+            .bind(owner)
+            .bind(lease_until)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|r| r.try_get("id").map_err(Into::into))
             .collect()
