@@ -284,7 +284,7 @@ pub struct BindingBlueprint {
 /// A plan's binding rotation: a bind may name a predecessor binding (OSB
 /// `predecessor_binding_id`), and the plan is served with `binding_rotatable: true`. Optionally
 /// a binding's credentials expire, answered as OSB binding metadata `expires_at` and
-/// `renew_before`.
+/// `renew_before`, and the broker revokes those nobody rotated in time (`revoke_expired`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct Rotation {
     /// How long a binding's credentials are valid once its bind succeeds (`expires_at`).
@@ -302,6 +302,10 @@ pub struct Rotation {
         skip_serializing_if = "Option::is_none"
     )]
     pub renew_before: Option<Duration>,
+    /// Whether the broker unbinds by itself a binding past its `expires_at` that nobody
+    /// rotated: the plan's unbind steps run, as for a platform's unbind. Needs `lifetime`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revoke_expired: bool,
 }
 
 /// An operation a step can take part in; the engine's operations are of these kinds.

@@ -11,12 +11,14 @@
 //! This crate does no I/O beyond reading configuration files: [`template`] renders typed template
 //! trees, [`evaluate`] checks rendered credentials against the servicebinding.io well-known
 //! entries (the rules of [`brokkr_servicebinding`]), and [`schema`] validates parameters against
-//! a plan's JSON Schemas.
+//! a plan's JSON Schemas. [`fingerprint`] gives the canonical form of what a plan's blueprint
+//! makes, so that a change under an unchanged maintenance version can be found and explained.
 
 pub mod check;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+pub mod fingerprint;
 pub mod functions;
 pub mod index;
 pub mod load;
@@ -32,6 +34,7 @@ pub use config::{
     TargetKind,
 };
 pub use error::{ConfigError, ConfigErrors};
+pub use fingerprint::Fingerprint;
 pub use index::{Config, PlanEntry};
 pub use names::NamesKey;
 

@@ -83,7 +83,7 @@ fn binding_metadata(r: &Resource) -> Option<Value> {
 
 /// `unix_ms` in the form OSB gives binding metadata, `yyyy-mm-ddThh:mm:ss.sZ` in UTC (tenths
 /// of a second, cut rather than rounded: never later than the instant itself).
-fn osb_timestamp(unix_ms: i64) -> String {
+pub(crate) fn osb_timestamp(unix_ms: i64) -> String {
     let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH);
     format!(

@@ -5,7 +5,8 @@
 //! rules ([`headers`]), request bodies with size and content-type limits ([`body`]), and the
 //! catalog, instance and binding endpoints ([`instances`], [`bindings`]), which share the flow
 //! that creates a resource (`creation`) and how operations are planned, started and answered
-//! (`operations`). Every decision about
+//! (`operations`); [`expiry`] unbinds, by the broker itself, bindings whose credentials
+//! expired. Every decision about
 //! idempotency and concurrency — 200 for an identical repeat, 202 with the same operation while in
 //! progress, 409 for different attributes, 410 for what does not exist, 422 `ConcurrencyError` — is
 //! taken against the [`brokkr_engine::Store`] with atomic operations, so it holds across
@@ -21,6 +22,7 @@ mod broker;
 mod creation;
 mod credentials;
 pub mod error;
+pub mod expiry;
 pub mod headers;
 pub mod instances;
 pub mod metrics;

@@ -1,6 +1,7 @@
 //! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
-//! their latency and open connections, instances by plan and maintenance version, beside the
-//! engine's operation, step and orphan families.
+//! their latency and open connections, bindings revoked when their credentials expired,
+//! instances by plan and maintenance version, beside the engine's operation, step and orphan
+//! families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -32,6 +33,8 @@ pub struct Metrics {
     latency: Family<RequestLabels, Histogram>,
     /// Open HTTP connections (see [`crate::server`]).
     pub(crate) connections: Gauge,
+    /// Bindings this broker unbound because their credentials expired (see [`crate::expiry`]).
+    pub(crate) revoked: Counter,
     instances: Family<InstanceLabels, Gauge>,
 }
 
@@ -59,6 +62,12 @@ impl Metrics {
             "Open HTTP connections",
             connections.clone(),
         );
+        let revoked = Counter::default();
+        registry.register(
+            "brokkr_bindings_revoked",
+            "Bindings unbound by the broker because their credentials expired",
+            revoked.clone(),
+        );
         let instances = Family::<InstanceLabels, Gauge>::default();
         registry.register(
             "brokkr_instances",
@@ -71,6 +80,7 @@ impl Metrics {
             requests,
             latency,
             connections,
+            revoked,
             instances,
         }
     }

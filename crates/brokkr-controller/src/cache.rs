@@ -81,9 +81,10 @@ pub struct Caches {
     /// controller may not list them and serves only its namespace's brokers.
     cluster_watched: std::sync::atomic::AtomicBool,
     osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
-    instances_changed: Broadcast<ObjectRef<ServiceInstance>>,
+    instances_changed: Broadcast<InstanceChange>,
     bindings_changed: Broadcast<BindingChange>,
     secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
+    plans_changed: Broadcast<PlanChange>,
     /// Bindings by the instance they name.
     bindings_by_instance: Arc<Index<ServiceBinding>>,
     /// Bindings by the Secrets they read (`parametersFrom`, `addKeysFrom`).
@@ -96,8 +97,19 @@ pub struct Caches {
 /// kind was listed anew (what changed in between is not known).
 pub(crate) type Broadcast<T> = broadcast::Sender<Option<Arc<T>>>;
 
-/// A ServiceBinding created, changed or deleted: what its followers need of it. (Followers get
-/// references, not objects: a follower that falls behind keeps no copy of an object alive.)
+/// A ServiceInstance created, changed or deleted. (Followers get references, not objects: a
+/// follower that falls behind keeps no copy of an object alive.)
+#[derive(Debug)]
+pub struct InstanceChange {
+    /// The instance.
+    pub instance: ObjectRef<ServiceInstance>,
+    /// Whether this is this process's own last write of it, delivered back by the watch: the
+    /// reconcile that wrote it chose what comes next, so the instance's own controller need not
+    /// look again (its followers, the bindings, still do).
+    pub own_write: bool,
+}
+
+/// A ServiceBinding created, changed or deleted: what its followers need of it.
 #[derive(Debug)]
 pub struct BindingChange {
     /// The binding.
@@ -106,6 +118,19 @@ pub struct BindingChange {
     pub instance: ObjectRef<ServiceInstance>,
     /// Whether it is being deleted, or is gone.
     pub going: bool,
+    /// Whether this is this process's own last write of it, delivered back by the watch (see
+    /// [`InstanceChange::own_write`]).
+    pub own_write: bool,
+}
+
+/// A ClusterServicePlan or ServicePlan created, changed or deleted: what the instances of the
+/// plan need to know that their plan may offer another maintenance version.
+#[derive(Debug)]
+pub struct PlanChange {
+    /// The plan's namespace; `None` for a ClusterServicePlan.
+    pub namespace: Option<String>,
+    /// The plan's catalog id.
+    pub external_id: String,
 }
 
 /// The writing halves of the stores, until [`Caches::start`] takes them.
@@ -169,6 +194,7 @@ impl Default for Caches {
             instances_changed: broadcast::channel(CHANGES_BUFFER).0,
             bindings_changed: broadcast::channel(CHANGES_BUFFER).0,
             secrets_changed: broadcast::channel(CHANGES_BUFFER).0,
+            plans_changed: broadcast::channel(CHANGES_BUFFER).0,
             bindings_by_instance: Arc::new(Index::new(|b| {
                 vec![crate::identity::bound_instance_name(b).to_owned()]
             })),
@@ -284,7 +310,7 @@ impl Caches {
     /// The ServiceInstances created, changed or deleted from now on.
     pub fn instance_changes(
         &self,
-    ) -> impl futures::Stream<Item = Seen<Arc<ObjectRef<ServiceInstance>>>> + Send + use<> {
+    ) -> impl futures::Stream<Item = Seen<Arc<InstanceChange>>> + Send + use<> {
         follow(&self.instances_changed)
     }
 
@@ -300,6 +326,13 @@ impl Caches {
         &self,
     ) -> impl futures::Stream<Item = Seen<Arc<PartialObjectMeta<Secret>>>> + Send + use<> {
         follow(&self.secrets_changed)
+    }
+
+    /// The ClusterServicePlans and ServicePlans created, changed or deleted from now on.
+    pub fn plan_changes(
+        &self,
+    ) -> impl futures::Stream<Item = Seen<Arc<PlanChange>>> + Send + use<> {
+        follow(&self.plans_changed)
     }
 
     /// The futures that fill the caches from watches of `client`, namespaced kinds within
@@ -320,6 +353,7 @@ impl Caches {
             self.bindings_changed.clone(),
             self.secrets_changed.clone(),
         );
+        let (plans, cluster_plans) = (self.plans_changed.clone(), self.plans_changed.clone());
         let (instances_written, bindings_written) = (written.clone(), written.clone());
         let instances_by_secret = self.instances_by_secret.clone();
         let (bindings_by_instance, bindings_by_secret) = (
@@ -334,8 +368,11 @@ impl Caches {
                 move |event| {
                     instances_written.watched(&event);
                     instances_by_secret.apply(&event);
-                    broadcast(&instances, event, |i: ServiceInstance, _| {
-                        ObjectRef::from_obj(&i)
+                    broadcast(&instances, event, |i: ServiceInstance, deleted| {
+                        InstanceChange {
+                            own_write: !deleted && instances_written.is_last(&i),
+                            instance: ObjectRef::from_obj(&i),
+                        }
                     });
                 },
             ),
@@ -349,6 +386,7 @@ impl Caches {
                     bindings_by_secret.apply(&event);
                     broadcast(&bindings, event, |b: ServiceBinding, deleted| {
                         BindingChange {
+                            own_write: !deleted && bindings_written.is_last(&b),
                             going: deleted || b.metadata.deletion_timestamp.is_some(),
                             instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
                                 .within(b.metadata.namespace.as_deref().unwrap_or_default()),
@@ -370,7 +408,12 @@ impl Caches {
                 config.clone(),
                 w.plans,
                 |p: &mut ServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
-                drop,
+                move |event| {
+                    broadcast(&plans, event, |p: ServicePlan, _| PlanChange {
+                        namespace: p.metadata.namespace,
+                        external_id: p.spec.common.external_id,
+                    });
+                },
             ),
             reflect(
                 scope.api::<PartialObjectMeta<Secret>>(client),
@@ -397,7 +440,14 @@ impl Caches {
                     all(),
                     w.cluster_plans,
                     |p: &mut ClusterServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
-                    drop,
+                    move |event| {
+                        broadcast(&cluster_plans, event, |p: ClusterServicePlan, _| {
+                            PlanChange {
+                                namespace: None,
+                                external_id: p.spec.common.external_id,
+                            }
+                        });
+                    },
                 ),
                 reflect(namespaces, all(), w.namespaces, drop),
             ]);
@@ -465,6 +515,27 @@ impl Caches {
         let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
         let name = secret.metadata.name.as_deref().unwrap_or_default();
         self.instances_by_secret.get(namespace, name)
+    }
+
+    /// The provisioned ServiceInstances of the plan that changed: a scan, as plans change
+    /// seldom (an instance not yet provisioned reads its plan when it is).
+    pub fn instances_of_plan(&self, plan: &PlanChange) -> Vec<ObjectRef<ServiceInstance>> {
+        woken(&self.instances, |i| {
+            let Some(sent) = i
+                .status
+                .as_ref()
+                .and_then(|s| s.external_properties.as_ref())
+            else {
+                return false;
+            };
+            match &plan.namespace {
+                None => sent.cluster_service_plan_external_id.as_ref() == Some(&plan.external_id),
+                Some(ns) => {
+                    i.metadata.namespace.as_ref() == Some(ns)
+                        && sent.service_plan_external_id.as_ref() == Some(&plan.external_id)
+                }
+            }
+        })
     }
 
     /// Whether the namespace is being deleted (nothing new may be written into it).

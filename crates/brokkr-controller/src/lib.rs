@@ -124,20 +124,32 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
 }
 
 /// The instance controller: woken by its instances' changes, by a Secret that `parametersFrom`
-/// names (it may change the parameters), and by a ServiceBinding that goes (it may unblock its
-/// instance's deletion; the bindings' other changes do not concern the instance).
+/// names (it may change the parameters), by a ServiceBinding that goes (it may unblock its
+/// instance's deletion; the bindings' other changes do not concern the instance), and by a
+/// change to the plan of a provisioned instance (it may offer another maintenance version).
 fn instance_controller(
     ctx: &Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
-    let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, i| {
-        vec![i.as_ref().clone()]
-    });
+    // Its own writes delivered back wake it not: the reconcile that wrote chose what comes next.
+    let changes =
+        cache::waking(
+            store.clone(),
+            ctx.caches.instance_changes(),
+            |_, change| match change.own_write {
+                true => Vec::new(),
+                false => vec![change.instance.clone()],
+            },
+        );
     ctx.followed_controller(&store, changes)
         .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
             move |_, secret| ctx.caches.instances_of_secret(&secret)
+        }))
+        .reconcile_on(cache::waking(store.clone(), ctx.caches.plan_changes(), {
+            let ctx = ctx.clone();
+            move |_, plan| ctx.caches.instances_of_plan(&plan)
         }))
         .reconcile_on(cache::waking(
             store.clone(),
@@ -167,9 +179,16 @@ fn binding_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
-    let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, change| {
-        vec![change.binding.clone()]
-    });
+    // Its own writes delivered back wake it not: the reconcile that wrote chose what comes next.
+    let changes =
+        cache::waking(
+            store.clone(),
+            ctx.caches.binding_changes(),
+            |_, change| match change.own_write {
+                true => Vec::new(),
+                false => vec![change.binding.clone()],
+            },
+        );
     ctx.followed_controller(&store, changes)
         .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
@@ -180,7 +199,7 @@ fn binding_controller(
             ctx.caches.instance_changes(),
             {
                 let ctx = ctx.clone();
-                move |_, instance| ctx.caches.bindings_of_instance(&instance)
+                move |_, change| ctx.caches.bindings_of_instance(&change.instance)
             },
         ))
         .graceful_shutdown_on(shutdown)

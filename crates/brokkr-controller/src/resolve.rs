@@ -213,16 +213,21 @@ fn named(instance: &ServiceInstance) -> (bool, Named, Named) {
     (cluster, class_by, plan_by)
 }
 
-/// Finds the class and plan the spec names, and a client of their broker. `Ok(Err(message))`
-/// when the catalog does not (yet) have them.
-pub(crate) async fn resolve(
-    instance: &ServiceInstance,
-    ctx: &Context,
-) -> Result<Result<Resolved, String>, Error> {
+/// A class and plan found in the caches, and their kinds' names.
+struct Found {
+    class: ClassEntry,
+    plan: PlanEntry,
+    class_kind: &'static str,
+    plan_kind: &'static str,
+}
+
+/// The class and plan the spec names, from the caches; `Err(message)` when the catalog does
+/// not (yet) have them.
+fn find(instance: &ServiceInstance, ctx: &Context) -> Result<Found, String> {
     let ns = instance.namespace().unwrap_or_default();
     let (cluster, class_by, plan_by) = named(instance);
     let (Some(class_wanted), Some(plan_wanted)) = (class_by.wanted(), plan_by.wanted()) else {
-        return Ok(Err("the spec names no class or no plan".into()));
+        return Err("the spec names no class or no plan".into());
     };
     let (class_kind, plan_kind) = if cluster {
         ("ClusterServiceClass", "ClusterServicePlan")
@@ -234,21 +239,51 @@ pub(crate) async fn resolve(
         .as_ref()
         .is_some_and(|s| s.provision_status == Some(ProvisionStatus::Provisioned));
     let Some(class) = find_class(ctx, cluster, &ns, &class_by) else {
-        return Ok(Err(format!(
+        return Err(format!(
             "no {class_kind} {class_wanted:?} in any broker's catalog"
-        )));
+        ));
     };
     if class.removed && !provisioned {
-        return Ok(Err(format!(
+        return Err(format!(
             "the {class_kind} {} was removed from its broker's catalog",
             class.name
-        )));
+        ));
     }
     let Some(plan) = find_plan(ctx, cluster, &ns, &class.name, &plan_by) else {
-        return Ok(Err(format!(
+        return Err(format!(
             "no {plan_kind} {plan_wanted:?} of the {class_kind} {:?}",
             class.spec.external_name
-        )));
+        ));
+    };
+    Ok(Found {
+        class,
+        plan,
+        class_kind,
+        plan_kind,
+    })
+}
+
+/// The plan the spec names, from the caches alone (no broker client is built).
+pub(crate) fn plan_of(instance: &ServiceInstance, ctx: &Context) -> Option<CommonServicePlanSpec> {
+    find(instance, ctx).ok().map(|found| found.plan.spec)
+}
+
+/// Finds the class and plan the spec names, and a client of their broker. `Ok(Err(message))`
+/// when the catalog does not (yet) have them.
+pub(crate) async fn resolve(
+    instance: &ServiceInstance,
+    ctx: &Context,
+) -> Result<Result<Resolved, String>, Error> {
+    let ns = instance.namespace().unwrap_or_default();
+    let cluster = named(instance).0;
+    let Found {
+        class,
+        plan,
+        class_kind,
+        plan_kind,
+    } = match find(instance, ctx) {
+        Ok(found) => found,
+        Err(missing) => return Ok(Err(missing)),
     };
     let gone = || {
         Error::Credentials(format!(

@@ -293,7 +293,7 @@ fn free_form_fields_keep_unknown_fields() {
 }
 
 #[test]
-fn kubectl_get_shows_class_plan_status_and_age() {
+fn kubectl_get_shows_class_plan_version_status_and_age() {
     let columns = |crd: CustomResourceDefinition| -> Vec<(String, String)> {
         crd.spec.versions[0]
             .additional_printer_columns
@@ -311,6 +311,10 @@ fn kubectl_get_shows_class_plan_status_and_age() {
         [
             ("Class", ".status.userSpecifiedClassName"),
             ("Plan", ".status.userSpecifiedPlanName"),
+            (
+                "Version",
+                ".status.externalProperties.maintenanceInfoVersion"
+            ),
             ("Status", ".status.lastConditionState"),
             ("Age", ".metadata.creationTimestamp"),
         ]

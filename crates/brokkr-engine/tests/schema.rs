@@ -66,13 +66,17 @@ async fn store_from_before_versions_is_adopted(backend: Backend) {
         let store = place.open().await;
         store.migrate().await.unwrap();
         create(&store, "old").await;
-        // What a brokkr from before schema versions left: the tables, no version.
+        // What a brokkr from before schema versions left: the tables of version 1 (without
+        // what later versions added), no version.
         sqlx::any::install_default_drivers();
         let pool = sqlx::AnyPool::connect(&place.url).await.unwrap();
-        sqlx::query("DELETE FROM brokkr_settings WHERE name LIKE 'schema%'")
-            .execute(&pool)
-            .await
-            .unwrap();
+        for sql in [
+            "DELETE FROM brokkr_settings WHERE name LIKE 'schema%'",
+            "DROP INDEX brokkr_resources_expires",
+            "ALTER TABLE brokkr_resources DROP COLUMN expires_at",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
         pool.close().await;
         assert_eq!(store.schema_version().await.unwrap(), (0, 0));
         store.migrate().await.unwrap();

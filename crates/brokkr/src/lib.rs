@@ -31,6 +31,7 @@ mod config;
 mod reload;
 mod secrets;
 mod step_kinds;
+mod versions;
 
 use std::process::ExitCode;
 

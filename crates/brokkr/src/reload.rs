@@ -7,7 +7,9 @@
 //! every write to the store's log, thousands a second under load. A configuration that
 //! loads and passes the same checks as at start replaces the served one: the catalog and new
 //! requests see it at once, while operations already under way keep the steps they were created
-//! with. A broken one is logged with all its errors and the running configuration is kept.
+//! with. A broken one is logged with all its errors and the running configuration is kept; so
+//! is one where a plan makes something other than what the store recorded for its maintenance
+//! version (see `versions`).
 //!
 //! Settings read once at start — `broker` (listen address, credentials), `store` and `targets` —
 //! take effect on restart; a reload that changes `targets` says so in a warning.
@@ -55,7 +57,7 @@ pub fn spawn(path: Option<PathBuf>, broker: Arc<Broker>, check: Check) -> anyhow
             while let Ok(Some(next)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
                 reason = reason.max(next);
             }
-            reload(path.as_deref(), &broker, &check, reason);
+            reload(path.as_deref(), &broker, &check, reason).await;
         }
     });
     Ok(())
@@ -170,8 +172,9 @@ impl ConfigFiles {
     }
 }
 
-/// Loads, checks and, when valid, serves the configuration at `path`.
-fn reload(path: Option<&Path>, broker: &Broker, check: &Check, reason: Reason) {
+/// Loads, checks and, when valid and no plan changed under its maintenance version, serves the
+/// configuration at `path`, recording its new maintenance versions.
+async fn reload(path: Option<&Path>, broker: &Broker, check: &Check, reason: Reason) {
     let why = match reason {
         Reason::Signal => "SIGHUP",
         Reason::FileChanged => "a configuration file changed",
@@ -192,6 +195,11 @@ fn reload(path: Option<&Path>, broker: &Broker, check: &Check, reason: Reason) {
             return;
         }
     };
+    let store = broker.engine.store().as_ref();
+    if let Err(e) = crate::versions::record(store, &config).await {
+        error!("{why}: the new configuration is refused; still serving the previous one\n{e:#}");
+        return;
+    }
     let previous = broker.config();
     if config.targets != previous.targets {
         warn!("{why}: `targets` changed; targets take effect when brokkr restarts");

@@ -124,8 +124,15 @@ impl Validator {
     }
 
     /// Checks a binding's `rotation` (written at `at`): a `renew_before` needs a `lifetime`
-    /// longer than it, and a lifetime is not zero.
+    /// longer than it, a lifetime is not zero, and `revoke_expired` needs a lifetime.
     fn check_rotation(&mut self, file: &str, at: &str, rotation: &Rotation) {
+        if rotation.revoke_expired && rotation.lifetime.is_none() {
+            self.error(
+                file,
+                format!("{at}.revoke_expired"),
+                "needs `lifetime`: bindings are revoked when their credentials expire",
+            );
+        }
         match (rotation.lifetime, rotation.renew_before) {
             (Some(lifetime), _) if lifetime.is_zero() => self.error(
                 file,

@@ -314,6 +314,31 @@ mod tests {
     }
 
     #[test]
+    fn revoking_expired_bindings_needs_a_lifetime() {
+        let catalog = "catalog:\n  services:\n  - {name: s, id: s1, description: d, bindable: true,\n     plans: [{name: p, id: p1, description: d}]}\n";
+        let blueprint = |rotation: &str| {
+            format!(
+                "{catalog}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}, rotation: {rotation}}}}}\n"
+            )
+        };
+        let config = load_str(
+            "fine.yaml",
+            &blueprint("{lifetime: 1h, revoke_expired: true}"),
+        )
+        .unwrap();
+        let entry = config.plan("s1", "p1").unwrap();
+        let rotation = entry.blueprint.binding.as_ref().unwrap().rotation.as_ref();
+        assert!(rotation.unwrap().revoke_expired);
+        let errs = errors(&blueprint("{revoke_expired: true}"));
+        assert!(
+            errs.iter()
+                .any(|e| e
+                    .contains("blueprints[0].binding.rotation.revoke_expired: needs `lifetime`")),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
     fn a_rotation_makes_the_plan_rotatable_and_its_durations_are_checked() {
         let catalog = "catalog:\n  services:\n  - {name: s, id: s1, description: d, bindable: true,\n     plans: [{name: p, id: p1, description: d}, {name: q, id: q1, description: d, binding_rotatable: false}]}\n";
         let yaml = format!(

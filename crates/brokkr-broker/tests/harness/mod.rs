@@ -160,7 +160,15 @@ pub async fn start_with_steps(
     yaml: &str,
     kinds: Vec<(&str, Arc<dyn brokkr_engine::step::StepKind>)>,
 ) -> TestBroker {
-    let test_store = TestStore::new(backend).await;
+    start_on(TestStore::new(backend).await, yaml, kinds).await
+}
+
+/// A broker, with an engine of its own, on `test_store`.
+async fn start_on(
+    test_store: TestStore,
+    yaml: &str,
+    kinds: Vec<(&str, Arc<dyn brokkr_engine::step::StepKind>)>,
+) -> TestBroker {
     let config = brokkr_blueprint::load::load_str("test.yaml", yaml).expect("valid test config");
     let keyring = brokkr_engine::crypto::Keyring::from_base64([test_store.key.as_str()]).unwrap();
     let store = brokkr_engine::connect(&test_store.url, Some(keyring))
@@ -213,6 +221,27 @@ pub async fn start_with_steps(
 }
 
 impl TestBroker {
+    /// Another broker serving `yaml` on this one's store, as a replica: an engine of its own
+    /// (another lease owner) over the same rows. Only for a PostgreSQL store.
+    pub async fn replica(&self, yaml: &str) -> TestBroker {
+        assert!(
+            self.store.schema.is_some(),
+            "replicas share a PostgreSQL store"
+        );
+        let store = TestStore {
+            url: self.store.url.clone(),
+            key: self.store.key.clone(),
+            dir: tempfile::tempdir().unwrap(),
+            schema: None, // the first broker's store drops the schema
+        };
+        start_on(store, yaml, Vec::new()).await
+    }
+
+    /// The broker itself.
+    pub fn broker(&self) -> Arc<Broker> {
+        self.broker.clone()
+    }
+
     /// Where the broker's `local` targets keep their servers.
     pub fn local_root(&self) -> std::path::PathBuf {
         self.store.local_root()

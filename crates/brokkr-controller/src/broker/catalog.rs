@@ -16,7 +16,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::names::{FIELD_MANAGER, label_value, object_name};
 use crate::resolve::osb_client;
-use crate::resources::{CommonServiceClassSpec, CommonServicePlanSpec};
+use crate::resources::{CommonServiceClassSpec, CommonServicePlanSpec, PlanMaintenanceInfo};
 
 /// Fetches the broker's catalog and writes it as classes and plans.
 ///
@@ -226,6 +226,10 @@ fn catalog_entries<B: BrokerKind>(
                     default_provision_parameters: None,
                     maximum_polling_duration: plan.maximum_polling_duration,
                     binding_rotatable: plan.binding_rotatable,
+                    maintenance_info: plan.maintenance_info.as_ref().map(|m| PlanMaintenanceInfo {
+                        version: m.version.clone(),
+                        description: m.description.clone(),
+                    }),
                 },
             ));
         }

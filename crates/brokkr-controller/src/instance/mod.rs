@@ -13,6 +13,9 @@
 //!   and `previous_values`. A change to a `parametersFrom` Secret is seen as a checksum change
 //!   (the controller watches Secrets). A refused update leaves the instance usable as it was
 //!   (`Ready=False`, `UpdateInstanceCallFailed`, no `Failed`).
+//! - An instance whose plan offers another maintenance version has the `UpgradeAvailable`
+//!   condition; it is upgraded (an update carrying the plan's `maintenance_info`) when
+//!   `spec.maintenance` asks for it (`upgrade.rs`).
 //! - Operations are polled (`poll.rs`) with the broker's `Retry-After` or a backoff from 1 s
 //!   doubling to 5 min, until the plan's `maximumPollingDuration` (else 7 days).
 //! - Deleting deprovisions (`delete.rs`), unless ServiceBindings still name the instance; with
@@ -25,6 +28,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt as _};
 
@@ -34,6 +38,7 @@ mod poll;
 mod provision;
 mod state;
 mod update;
+mod upgrade;
 mod wait;
 
 use crate::context::Context;
@@ -109,8 +114,8 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
                     && !from_secrets
             }
         };
-        if settled {
-            return Ok(Action::await_change());
+        if settled && let Some(action) = upgrade::settled(instance, &status, ctx).await? {
+            return Ok(action);
         }
     }
 
@@ -182,7 +187,8 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
     if status.provision_status != Some(ProvisionStatus::Provisioned) {
         return provision::provision(instance, ctx, status, &resolved, &parameters).await;
     }
-    if let Some(change) = update::change(instance, &status, &resolved, &parameters) {
+    let due = upgrade::mark(instance, &mut status, &resolved.plan, Timestamp::now());
+    if let Some(change) = update::change(instance, &status, &resolved, &parameters, &due) {
         return update::update(instance, ctx, status, &resolved, &parameters, change).await;
     }
     // The broker has what the spec asks for.
@@ -196,5 +202,8 @@ async fn reconcile_inner(instance: &ServiceInstance, ctx: &Context) -> Result<Ac
         );
     }
     write_status(instance, ctx, &status).await?;
-    Ok(Action::await_change())
+    Ok(match due {
+        upgrade::Due::Later(wait) => Action::requeue(wait),
+        _ => Action::await_change(),
+    })
 }

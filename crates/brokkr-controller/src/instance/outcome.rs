@@ -9,10 +9,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::state::{end_operation, event, reason, remove_finalizer, set, write_status};
+use super::upgrade::{self, Due};
 use crate::context::Context;
 use crate::error::Error;
 use crate::resources::{
-    ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceStatus,
+    CommonServicePlanSpec, ConditionStatus, DeprovisionStatus, ProvisionStatus, ServiceInstance,
+    ServiceInstanceStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -137,10 +139,12 @@ pub(super) async fn orphan_mitigated(
 }
 
 /// The broker accepted the update: it is what the broker has now.
+/// `UpgradeAvailable` is marked anew in the same write: an upgrade that went drops it.
 pub(super) async fn updated(
     instance: &ServiceInstance,
     ctx: &Context,
     mut status: ServiceInstanceStatus,
+    plan: &CommonServicePlanSpec,
 ) -> Result<Action, Error> {
     status.external_properties = status.in_progress_properties.take();
     status.reconciled_generation = status.observed_generation;
@@ -153,8 +157,14 @@ pub(super) async fn updated(
         reason::UPDATED,
         message,
     );
+    let due = upgrade::mark(instance, &mut status, plan, Timestamp::now());
     write_status(instance, ctx, &status).await?;
-    Ok(Action::await_change())
+    Ok(match due {
+        Due::No => Action::await_change(),
+        Due::Later(wait) => Action::requeue(wait),
+        // The plan moved on again meanwhile: the next reconcile upgrades.
+        Due::Now(_) => Action::requeue(Duration::from_secs(1)),
+    })
 }
 
 /// Ends an update as failed: the instance keeps its plan and parameters and stays usable.

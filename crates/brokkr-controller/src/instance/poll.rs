@@ -105,7 +105,7 @@ pub(super) async fn poll(
             }
             ServiceInstanceOperation::Update => {
                 fetch_dashboard_url(instance, ctx, &mut status, resolved).await;
-                updated(instance, ctx, status).await
+                updated(instance, ctx, status, &resolved.plan).await
             }
             ServiceInstanceOperation::Deprovision => deprovisioned(instance, ctx, status).await,
         },

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::ProvisionRequest;
+use brokkr_osb::{ErrorCode, MaintenanceInfo};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
@@ -95,6 +96,7 @@ pub(super) async fn provision(
         );
         write_status(instance, ctx, &status).await?;
     }
+    let version = (resolved.plan.maintenance_info.as_ref()).map(|m| m.version.clone());
     let request = ProvisionRequest {
         service_id: resolved.class.external_id.clone(),
         plan_id: resolved.plan.external_id.clone(),
@@ -108,7 +110,11 @@ pub(super) async fn provision(
                 .unwrap_or_else(|| "kubernetes".to_owned()),
         ),
         space_guid: Some(instance.namespace().unwrap_or_default()),
-        ..ProvisionRequest::default()
+        // The version the instance is built at, as the catalog resources say.
+        maintenance_info: version.clone().map(|version| MaintenanceInfo {
+            version,
+            description: None,
+        }),
     };
     // The provision is the spec's: it carries the identity of whoever wrote it, if checked.
     let user = (ctx.user_info)
@@ -118,7 +124,7 @@ pub(super) async fn provision(
         .provision(&instance_id(instance), &request, true)
         .await;
     ctx.metrics.osb_call("provision", &answer);
-    status.in_progress_properties = Some(properties(resolved, parameters, user));
+    status.in_progress_properties = Some(properties(resolved, parameters, user, version));
     match answer {
         Ok(response) if response.is_async() => {
             status.deprovision_status = Some(DeprovisionStatus::Required);
@@ -154,7 +160,8 @@ pub(super) async fn provision(
     }
 }
 
-/// A provision the broker refused or could not answer. 400, 409 and 422 are terminal; a failure
+/// A provision the broker refused or could not answer. 400, 409 and 422 (but
+/// `MaintenanceInfoConflict`) are terminal; a failure
 /// that may have left an instance behind starts orphan mitigation; anything else is tried again.
 async fn failed(
     instance: &ServiceInstance,
@@ -169,7 +176,10 @@ async fn failed(
     if platform::may_have_created(&e) {
         return start_orphan_mitigation(instance, ctx, status, &message, false).await;
     }
-    let terminal = matches!(e.status().map(|s| s.as_u16()), Some(400 | 409 | 422));
+    // A maintenance version the broker's catalog no longer has is tried again: the catalog
+    // resources catch up at the next listing.
+    let terminal = matches!(e.status().map(|s| s.as_u16()), Some(400 | 409 | 422))
+        && !matches!(&e, OsbError::Broker(b) if b.code() == Some(ErrorCode::MaintenanceInfoConflict));
     end_operation(&mut status);
     if terminal {
         status.deprovision_status = Some(DeprovisionStatus::NotRequired);

@@ -60,11 +60,13 @@ pub(super) fn ready_says(status: &ServiceInstanceStatus, reason: &str, message: 
 }
 
 /// What a provision or update sends, as status keeps it: the plan, the parameters redacted and
-/// their checksum, the originating identity forwarded with it.
+/// their checksum, the originating identity forwarded with it, and the maintenance version the
+/// instance runs once it succeeds.
 pub(super) fn properties(
     resolved: &Resolved,
     parameters: &Parameters,
     user: Option<&UserInfo>,
+    version: Option<String>,
 ) -> ServiceInstancePropertiesState {
     let (name, id) = (
         Some(resolved.plan.external_name.clone()),
@@ -87,6 +89,7 @@ pub(super) fn properties(
         parameters: parameters.redacted.clone(),
         parameter_checksum: parameters.checksum.clone(),
         user_info: user.cloned(),
+        maintenance_info_version: version,
         ..plan
     }
 }

@@ -1,15 +1,18 @@
 //! Updating a provisioned instance: a new generation, plan or parameter checksum is sent to the
 //! broker as an OSB update, `plan_id` only when the plan changed, `parameters` only when their
-//! checksum did, with `previous_values`. A failed update leaves the instance as it was, and usable.
+//! checksum did, with `previous_values`; an upgrade that is due ([`super::upgrade`]) sends the
+//! plan's `maintenance_info`. A failed update leaves the instance as it was, and usable.
 
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::UpdateRequest;
+use brokkr_osb::{ErrorCode, MaintenanceInfo};
 use kube::runtime::controller::Action;
 use serde_json::{Map, Value};
 
 use super::outcome::{update_failed, updated};
 use super::poll::{Accepted, started};
 use super::state::{RECHECK, plan_id, properties, reason};
+use super::upgrade::Due;
 use crate::context::Context;
 use crate::error::Error;
 use crate::identity::instance_id;
@@ -20,27 +23,37 @@ use crate::resources::{ServiceInstance, ServiceInstanceOperation, ServiceInstanc
 use crate::user_info::Guard;
 
 /// What an update changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Change {
     plan: bool,
     parameters: bool,
+    /// The maintenance version it upgrades to.
+    upgrade: Option<String>,
 }
 
 /// What differs from what the broker last accepted, if anything (or the generation moved, e.g.
-/// `spec.updateRequests` grew).
+/// `spec.updateRequests` grew, or an upgrade is due).
 pub(super) fn change(
     instance: &ServiceInstance,
     status: &ServiceInstanceStatus,
     resolved: &Resolved,
     parameters: &Parameters,
+    due: &Due,
 ) -> Option<Change> {
     let external = status.external_properties.clone().unwrap_or_default();
     let change = Change {
         plan: plan_id(&external) != Some(resolved.plan.external_id.as_str()),
         parameters: external.parameter_checksum != parameters.checksum,
+        upgrade: match due {
+            Due::Now(version) => Some(version.clone()),
+            Due::No | Due::Later(_) => None,
+        },
     };
     let generation = instance.metadata.generation.unwrap_or_default();
-    (change.plan || change.parameters || generation != status.reconciled_generation)
+    (change.plan
+        || change.parameters
+        || change.upgrade.is_some()
+        || generation != status.reconciled_generation)
         .then_some(change)
 }
 
@@ -70,8 +83,17 @@ pub(super) async fn update(
             .parameters
             .then(|| parameters.merged.clone().unwrap_or_default()),
         previous_values: Some(previous),
-        maintenance_info: None,
+        maintenance_info: change.upgrade.clone().map(|version| MaintenanceInfo {
+            version,
+            description: None,
+        }),
     };
+    // The version the instance runs once the update succeeds: the one it upgrades to; after a
+    // change of plan, the new plan's (the broker moves it there); else the one it runs.
+    let version = change.upgrade.clone().or_else(|| match change.plan {
+        true => (resolved.plan.maintenance_info.as_ref()).map(|m| m.version.clone()),
+        false => external.maintenance_info_version.clone(),
+    });
     // Only an update that a new generation of the spec asks for is its writer's; one that a
     // parameters Secret or the catalog caused carries no identity.
     let user = if instance.metadata.generation.unwrap_or_default() != status.reconciled_generation {
@@ -85,7 +107,7 @@ pub(super) async fn update(
         .update(&instance_id(instance), &request, true)
         .await;
     ctx.metrics.osb_call("update", &answer);
-    status.in_progress_properties = Some(properties(resolved, parameters, user));
+    status.in_progress_properties = Some(properties(resolved, parameters, user, version));
     match answer {
         Ok(response) if response.is_async() => {
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
@@ -111,7 +133,7 @@ pub(super) async fn update(
         }
         Ok(response) => {
             status.dashboard_url = response.body.dashboard_url.clone().or(status.dashboard_url);
-            updated(instance, ctx, status).await
+            updated(instance, ctx, status, &resolved.plan).await
         }
         Err(e) => {
             let said = resolved.said(&e);
@@ -129,7 +151,11 @@ async fn call_failed(
     e: &OsbError,
     said: String,
 ) -> Result<Action, Error> {
-    let retry = e.is_transient() || !matches!(e, OsbError::Broker(_));
+    // A maintenance version the broker's catalog no longer has: the catalog resources catch up
+    // at the next listing, and the upgrade is tried again.
+    let retry = e.is_transient()
+        || !matches!(e, OsbError::Broker(_))
+        || matches!(e, OsbError::Broker(b) if b.code() == Some(ErrorCode::MaintenanceInfoConflict));
     let reason = if retry {
         reason::UPDATE_ERROR
     } else {

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::maintenance::PlanMaintenanceInfo;
 use super::shared::{LocalObjectReference, free_form};
 
 /// A service offering as the broker's catalog describes it.
@@ -98,6 +99,9 @@ pub struct CommonServicePlanSpec {
     /// `predecessor_binding_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding_rotatable: Option<bool>,
+    /// The catalog's `maintenance_info`: the version the plan's instances are upgraded to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_info: Option<PlanMaintenanceInfo>,
 }
 
 fn yes() -> bool {
@@ -120,8 +124,8 @@ impl CommonServiceClassSpec {
 impl CommonServicePlanSpec {
     /// Drops what no reconcile reads — the description, the catalog's `metadata`, the
     /// parameter schemas and `defaultProvisionParameters`, most of a plan's size — keeping the
-    /// names, ids, `bindable`, `free`, `maximumPollingDuration` and `bindingRotatable`: what
-    /// the watch caches keep.
+    /// names, ids, `bindable`, `free`, `maximumPollingDuration`, `bindingRotatable` and
+    /// `maintenanceInfo`: what the watch caches keep.
     pub fn keep_what_reconciles_read(&mut self) {
         self.description = String::new();
         self.external_metadata = None;

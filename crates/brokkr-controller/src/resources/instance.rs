@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::maintenance::InstanceMaintenance;
 use super::shared::{Condition, LocalObjectReference, ParametersFromSource, UserInfo, free_form};
 
 /// The spec of a [`ServiceInstance`]. The class and plan are named one way: by external name
@@ -30,6 +31,11 @@ use super::shared::{Condition, LocalObjectReference, ParametersFromSource, UserI
         name = "Plan",
         type_ = "string",
         json_path = ".status.userSpecifiedPlanName"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.externalProperties.maintenanceInfoVersion"
     ),
     printcolumn(
         name = "Status",
@@ -136,6 +142,10 @@ pub struct ServiceInstanceSpec {
     /// Raising this number sends an update with the same spec.
     #[serde(default)]
     pub update_requests: i64,
+    /// Upgrades to the plan's maintenance versions: one version now, or automatically within a
+    /// window. Without it the instance stays at the version it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<InstanceMaintenance>,
     /// Who last changed the spec; forwarded to the broker only while the API server checks it
     /// (the `brokkr-user-info` ValidatingAdmissionPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,6 +262,9 @@ pub struct ServiceInstancePropertiesState {
     /// SHA-256 of the parameters as sent, Secret values included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameter_checksum: Option<String>,
+    /// The plan's maintenance version sent (at provision, or by an upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_info_version: Option<String>,
     /// Who asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_info: Option<UserInfo>,

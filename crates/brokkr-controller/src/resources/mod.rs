@@ -17,6 +17,7 @@ mod broker;
 mod catalog;
 #[allow(clippy::duplicated_attributes)]
 mod instance;
+mod maintenance;
 pub mod servicebinding_io;
 mod shared;
 #[allow(clippy::duplicated_attributes)]
@@ -51,6 +52,7 @@ pub use instance::{
     DeprovisionStatus, ProvisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstancePropertiesState, ServiceInstanceSpec, ServiceInstanceStatus,
 };
+pub use maintenance::{Day, InstanceMaintenance, MaintenanceWindow, PlanMaintenanceInfo};
 pub use shared::{
     Condition, ConditionStatus, EXTERNAL_ID_MAX_LEN, EXTERNAL_ID_PATTERN, GROUP,
     LocalObjectReference, ObjectReference, ParametersFromSource, SecretKeyReference, UserInfo,

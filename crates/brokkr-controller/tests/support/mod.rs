@@ -52,6 +52,8 @@ type Script = Box<dyn FnMut(&Seen) -> (StatusCode, Value) + Send>;
 pub struct Broker {
     pub url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The `maintenance_info` of plan `small` in the catalog, if any.
+    small_version: Arc<Mutex<Option<Value>>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -60,15 +62,18 @@ impl Broker {
         let seen = Arc::new(Mutex::new(Vec::<Seen>::new()));
         let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
         let recorded = seen.clone();
+        let small_version = Arc::new(Mutex::new(None));
+        let version = small_version.clone();
         let app = axum::Router::new().fallback(move |request: Request| {
-            let (seen, script) = (recorded.clone(), script.clone());
+            let (seen, script, version) = (recorded.clone(), script.clone(), version.clone());
             async move {
                 let (parts, body) = request.into_parts();
                 let bytes: Bytes = axum::body::to_bytes(body, 1 << 20)
                     .await
                     .unwrap_or_default();
                 if parts.uri.path() == "/v2/catalog" {
-                    return (StatusCode::OK, Json(catalog()));
+                    let version = version.lock().unwrap().clone();
+                    return (StatusCode::OK, Json(catalog(version)));
                 }
                 let request = Seen {
                     method: parts.method.clone(),
@@ -88,7 +93,17 @@ impl Broker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url, seen, server }
+        Self {
+            url,
+            seen,
+            small_version,
+            server,
+        }
+    }
+
+    /// From now on the catalog gives plan `small` this `maintenance_info`.
+    pub fn set_small_version(&self, maintenance_info: Value) {
+        *self.small_version.lock().unwrap() = Some(maintenance_info);
     }
 
     /// Every request so far but catalog fetches.
@@ -131,11 +146,15 @@ pub fn synchronous(seen: &Seen) -> (StatusCode, Value) {
     }
 }
 
-fn catalog() -> Value {
+fn catalog(small_version: Option<Value>) -> Value {
+    let mut small = json!({"id": "plan-small", "name": "small", "description": "",
+        "binding_rotatable": true});
+    if let Some(version) = small_version {
+        small["maintenance_info"] = version;
+    }
     json!({"services": [{"id": "svc", "name": "db", "description": "", "bindable": true,
         "plan_updateable": true,
-        "plans": [{"id": "plan-small", "name": "small", "description": "", "binding_rotatable": true},
-                  {"id": "plan-large", "name": "large", "description": ""}]}]})
+        "plans": [small, {"id": "plan-large", "name": "large", "description": ""}]}]})
 }
 
 /// The fake API server, the controllers, and a ClusterServiceBroker `db` for `broker` whose

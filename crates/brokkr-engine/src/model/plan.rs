@@ -33,6 +33,10 @@ pub struct OpPlan {
     /// For binds of a plan whose credentials expire: their lifetime and when to renew them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiry: Option<Rotation>,
+    /// Why the broker started this operation by itself, when no platform asked for it (the
+    /// credentials of a binding expired); its end's description begins with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl OpPlan {
@@ -83,6 +87,7 @@ impl OpPlan {
             credentials,
             dashboard_url,
             expiry,
+            reason: None,
         }
     }
 }

@@ -77,7 +77,7 @@ impl Engine {
         outcome: Result<Finish, Failure>,
     ) -> Result<(), StoreError> {
         self.forget_operation(op_id);
-        let finish = outcome.unwrap_or_else(|reason| Finish {
+        let mut finish = outcome.unwrap_or_else(|reason| Finish {
             succeeded: false,
             description: reason.to_string(),
             status: match r.op.kind {
@@ -87,6 +87,9 @@ impl Engine {
             update: None,
             outputs: None,
         });
+        if let Some(reason) = &r.op.plan.reason {
+            finish.description = format!("{reason}: {}", finish.description);
+        }
         let kind = if finish.succeeded {
             "succeeded"
         } else {

@@ -191,6 +191,9 @@ pub trait Store: Send + Sync {
     /// Writes a broker setting unless it is already set; returns the value in force.
     async fn init_setting(&self, name: &str, value: &str) -> Result<String, StoreError>;
 
+    /// A broker setting's value, if it is set; writes nothing.
+    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError>;
+
     /// Removes a broker setting; returns whether it was set.
     async fn delete_setting(&self, name: &str) -> Result<bool, StoreError>;
 
@@ -202,6 +205,16 @@ pub trait Store: Send + Sync {
 
     /// The resource whose current or previous operation is `op_id`.
     async fn find_operation(&self, op_id: &str) -> Result<Option<Resource>, StoreError>;
+
+    /// Bindings of the plans `plan_ids` whose credentials expired by `now` (ms; their outputs'
+    /// `expires_at`), ready and with no operation running, the longest expired first, at most
+    /// `limit`. Found through an index: the other resources are not read.
+    async fn expired_bindings(
+        &self,
+        plan_ids: &[String],
+        now: i64,
+        limit: i64,
+    ) -> Result<Vec<Key>, StoreError>;
 
     /// Instances (not bindings), optionally only those with `status`, newest first, at most
     /// `limit`.

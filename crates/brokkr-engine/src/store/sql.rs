@@ -15,7 +15,8 @@
 //! The [`SqlStore`] and connecting it are in `connect`. The [`Store`] implementation here calls
 //! its methods, each in the file of its idea: a resource's life on the hot path (`operations`),
 //! an operation's events (`events`), leases (`leases`), reading resources (`read`), the orphans
-//! (`orphans`), settings (`settings`), purging and re-keying (`maintenance`); all of them change
+//! (`orphans`), settings (`settings`), purging and re-keying (`maintenance`), bindings whose
+//! credentials expired (`expiry`); all of them change
 //! rows through `write`. The tables and their migrations are in `schema`, the columns of a
 //! resource's row in `columns`, how a resource is a row (sealing, decoding) in `row`, the
 //! statements of the hot path in `statement`, a SQLite file's lock and connection settings in
@@ -35,6 +36,7 @@ mod batched_reads;
 mod columns;
 mod connect;
 mod events;
+mod expiry;
 mod group;
 mod leases;
 mod maintenance;
@@ -63,7 +65,8 @@ pub use schema::{Migration, SCHEMA_VERSION, migrations};
 #[async_trait]
 impl Store for SqlStore {
     async fn migrate(&self) -> Result<(), StoreError> {
-        self.migrate_with(&migrations()).await
+        self.migrate_with(&migrations()).await?;
+        self.index_expiry().await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -197,6 +200,10 @@ impl Store for SqlStore {
         SqlStore::init_setting(self, name, value).await
     }
 
+    async fn setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        SqlStore::setting(self, name).await
+    }
+
     async fn delete_setting(&self, name: &str) -> Result<bool, StoreError> {
         SqlStore::delete_setting(self, name).await
     }
@@ -211,6 +218,15 @@ impl Store for SqlStore {
 
     async fn find_operation(&self, op_id: &str) -> Result<Option<Resource>, StoreError> {
         SqlStore::find_operation(self, op_id).await
+    }
+
+    async fn expired_bindings(
+        &self,
+        plan_ids: &[String],
+        now: i64,
+        limit: i64,
+    ) -> Result<Vec<Key>, StoreError> {
+        SqlStore::expired_bindings(self, plan_ids, now, limit).await
     }
 
     async fn list_instances(

@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// PostgreSQL, how soon a dead replica's operations are taken over.
     #[arg(long, env = "BROKKR_LEASE", default_value = "30s", value_parser = crate::config::parse_duration)]
     lease: std::time::Duration,
+    /// How often the broker looks for bindings whose credentials expired, of plans with
+    /// `rotation.revoke_expired`, and unbinds them.
+    #[arg(long, env = "BROKKR_EXPIRY_SWEEP_INTERVAL", default_value = "10s", value_parser = crate::config::parse_duration)]
+    expiry_sweep_interval: std::time::Duration,
     /// Most HTTP connections open at once; beyond, new ones wait in the listen backlog
     /// [default: broker.max_connections, else 1024].
     #[arg(long, env = "BROKKR_MAX_CONNECTIONS")]
@@ -81,6 +85,10 @@ pub(crate) enum LogFormat {
 /// Runs the broker until SIGTERM or Ctrl-C, then drains requests and stops the engine.
 pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result<()> {
     init_logging(args.log_format);
+    anyhow::ensure!(
+        !args.expiry_sweep_interval.is_zero(),
+        "--expiry-sweep-interval must be longer than zero"
+    );
     let config = crate::config::load_config(args.config.as_deref())?;
     let mut available = kinds.names();
     available.extend(
@@ -116,6 +124,7 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
     }
     let targets = Targets::from_config(&config.targets, &local_root(&store_url))
         .context("cannot set up the targets")?;
+    crate::versions::record(store.as_ref(), &config).await?;
     let engine = Engine::with_targets(store, options, targets);
     for (name, kind) in kinds.0 {
         engine.register(&name, kind);
@@ -135,8 +144,10 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
     let limits = server_limits(&args, &broker.config().broker);
     let check = Box::new(move |c: &Config| check_step_kinds(c, &available));
     crate::reload::spawn(args.config.clone(), broker.clone(), check)?;
+    let expiry = brokkr_broker::expiry::spawn(broker.clone(), args.expiry_sweep_interval);
     let upgrades = brokkr_broker::upgrade::spawn(broker.clone());
     brokkr_broker::server::serve(listener, broker, limits, shutdown_signal()).await;
+    expiry.abort();
     upgrades.abort();
     info!("requests drained; stopping the engine (unfinished operations resume on next start)");
     engine.shutdown().await;

@@ -1,5 +1,6 @@
 //! A resource's life on the hot path: creating it, starting an operation on it (a compare-and-set
 //! on its current operation), saving the operation's progress and outputs, and ending it.
+//! Wherever outputs are written, their `expires_at` is copied to its column (see `expiry`).
 
 use brokkr_osb::OperationState;
 
@@ -53,7 +54,8 @@ impl SqlStore {
              op_next_run_at = excluded.op_next_run_at, op_deadline_at = excluded.op_deadline_at, \
              lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, \
              op_started_at = excluded.op_started_at, op_finished_at = excluded.op_finished_at, \
-             prev_op_id = NULL, prev_op_state = NULL, prev_op_description = NULL \
+             prev_op_id = NULL, prev_op_state = NULL, prev_op_description = NULL, \
+             expires_at = NULL \
              WHERE brokkr_resources.status = 'deleted'"
         );
         let op = &r.op;
@@ -180,7 +182,7 @@ impl SqlStore {
         dashboard_url: Option<&str>,
     ) -> Result<bool, StoreError> {
         let sql = "UPDATE brokkr_resources SET outputs = $1, \
-             dashboard_url = COALESCE($6, dashboard_url) \
+             dashboard_url = COALESCE($6, dashboard_url), expires_at = $7 \
              WHERE instance_id = $2 AND binding_id = $3 AND op_id = $4 \
              AND op_state = 'in progress' AND lease_owner = $5";
         let args = vec![
@@ -190,6 +192,7 @@ impl SqlStore {
             op_id.into(),
             owner.into(),
             dashboard_url.map(str::to_owned).into(),
+            outputs.expires_at.into(),
         ];
         let touches = Touches::Resource(key.clone());
         self.write(Statement::new(sql, args), Vec::new(), touches)
@@ -215,7 +218,8 @@ impl SqlStore {
             "UPDATE brokkr_resources SET op_state = $1, op_description = $2, op_finished_at = $3, \
              lease_owner = NULL, lease_until = 0, status = $4, \
              plan_id = COALESCE($5, plan_id), attrs = COALESCE($6, attrs), \
-             outputs = COALESCE($7, outputs), deleted_at = COALESCE($8, deleted_at) \
+             outputs = COALESCE($7, outputs), deleted_at = COALESCE($8, deleted_at), \
+             expires_at = CASE WHEN $7 IS NULL THEN expires_at ELSE $13 END \
              WHERE instance_id = $9 AND binding_id = $10 AND op_id = $11 \
              AND op_state = 'in progress' AND lease_owner = $12",
             vec![
@@ -236,6 +240,7 @@ impl SqlStore {
                 binding_col(key).into(),
                 op_id.into(),
                 owner.into(),
+                f.outputs.as_ref().and_then(|v| v.expires_at).into(),
             ],
         );
         // One transaction: the tombstones of the bindings and the events stand only if the

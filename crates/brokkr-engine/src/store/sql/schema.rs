@@ -5,7 +5,7 @@
 use sqlx::{Executor, Row};
 
 use super::connect::{Dialect, SqlStore};
-use super::{orphans, upgrades};
+use super::{expiry, orphans, upgrades};
 use crate::store::error::StoreError;
 
 const SCHEMA: &[&str] = &[
@@ -62,8 +62,10 @@ const SCHEMA: &[&str] = &[
 /// One change of the schema, run once, in order; the store's schema version is the number of
 /// migrations it has had.
 pub struct Migration {
-    /// The statements, run in order. They should be safe to run again (`IF NOT EXISTS`): a
-    /// crash may come between them and the recording of the new version.
+    /// The statements, run in order, in one transaction with the recording of the new version
+    /// (PostgreSQL and SQLite both change schemas in transactions): a crash leaves the migration
+    /// done or not, so a statement that cannot say `IF NOT EXISTS` (SQLite's `ADD COLUMN`) is
+    /// never run twice.
     pub statements: Vec<&'static str>,
     /// Whether a brokkr of an earlier schema version can no longer use the store afterwards (a
     /// column it reads is dropped or changes meaning). Additive migrations — new tables, new
@@ -73,19 +75,22 @@ pub struct Migration {
 }
 
 /// This brokkr's schema version: the number of [`migrations`].
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Every migration, oldest first. Version 1 is the schema as it was before versions were
 /// recorded; its statements all say `IF NOT EXISTS`, so a store from then is brought to version
-/// 1 by running them again. Add a migration at the end (and raise [`SCHEMA_VERSION`]); never
-/// change one that has been released.
+/// 1 by running them again. Version 2 adds bindings' `expires_at` column and its index; version
+/// 3 the tables of fleet upgrades. Add a migration at the end (and raise [`SCHEMA_VERSION`]); never change one that has been released.
 pub fn migrations() -> Vec<Migration> {
     vec![
         Migration {
             statements: SCHEMA.iter().chain(orphans::SCHEMA).copied().collect(),
             breaks_older: false,
         },
-        // Fleet upgrades: new tables only.
+        Migration {
+            statements: expiry::SCHEMA.to_vec(),
+            breaks_older: false,
+        },
         Migration {
             statements: upgrades::SCHEMA.to_vec(),
             breaks_older: false,
@@ -190,14 +195,16 @@ async fn migrate_conn(
         if version <= found {
             continue;
         }
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         for statement in &migration.statements {
-            conn.execute(*statement).await?;
+            tx.execute(*statement).await?;
         }
         if migration.breaks_older {
             compatible = version;
         }
-        write_setting(conn, COMPATIBLE_KEY, compatible).await?;
-        write_setting(conn, VERSION_KEY, version).await?;
+        write_setting(&mut tx, COMPATIBLE_KEY, compatible).await?;
+        write_setting(&mut tx, VERSION_KEY, version).await?;
+        tx.commit().await?;
         if found > 0 {
             tracing::info!(from = version - 1, to = version, "store schema migrated");
         }

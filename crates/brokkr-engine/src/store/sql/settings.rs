@@ -1,6 +1,6 @@
 //! The `brokkr_settings` rows the engine keeps for itself (the rows of the schema's version are
 //! `schema`'s): a setting written once, by whichever process comes first, and read back; a
-//! setting deleted.
+//! setting read without writing; a setting deleted.
 
 use sqlx::Row;
 
@@ -22,6 +22,14 @@ impl SqlStore {
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get("value")?)
+    }
+
+    pub(super) async fn setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM brokkr_settings WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|row| row.try_get("value")).transpose()?)
     }
 
     pub(super) async fn delete_setting(&self, name: &str) -> Result<bool, StoreError> {
