@@ -58,7 +58,7 @@ pub(crate) struct Fleet {
 }
 
 /// The plan `service` and `plan` name (each by name or by id).
-pub(crate) fn find_plan(broker: &Broker, service: &str, plan: &str) -> Option<Arc<PlanEntry>> {
+fn find_plan(broker: &Broker, service: &str, plan: &str) -> Option<Arc<PlanEntry>> {
     let config = broker.config();
     let found = config.plans().find(|e| {
         (e.service.name == service || e.service.id == service)
