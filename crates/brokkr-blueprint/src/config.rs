@@ -322,6 +322,10 @@ pub enum Phase {
     Bind,
     /// Removing a binding.
     Unbind,
+    /// An update that moves an instance to its plan's new maintenance version. Only a step's
+    /// `on` names it: such an update is an operation of kind [`Phase::Update`] that also runs
+    /// the steps `on: [upgrade]` selects.
+    Upgrade,
 }
 
 impl Phase {
@@ -339,6 +343,7 @@ impl Phase {
             Self::Deprovision => "deprovision",
             Self::Bind => "bind",
             Self::Unbind => "unbind",
+            Self::Upgrade => "upgrade",
         }
     }
 
@@ -350,6 +355,7 @@ impl Phase {
             Self::Deprovision,
             Self::Bind,
             Self::Unbind,
+            Self::Upgrade,
         ]
         .into_iter()
         .find(|phase| phase.as_str() == s)
@@ -362,7 +368,8 @@ pub struct Step {
     /// Unique within its list; shown in operation descriptions.
     pub name: String,
     /// The operations this step runs in. Instance steps default to provision and update; binding
-    /// steps to bind.
+    /// steps to bind. An instance step `on: [upgrade]` runs only in an update that moves the
+    /// instance to a new maintenance version (and, `on: [update]` too, in every update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on: Option<Vec<Phase>>,
     /// Action: wait this long, without holding a worker, before the next step.

@@ -41,13 +41,18 @@ impl PlanEntry {
         self.plan.is_plan_updateable(&self.service)
     }
 
-    /// The steps an instance operation of `phase` runs, in order.
+    /// The steps an instance operation of `phase` runs, in order. For [`Phase::Upgrade`], an
+    /// update to a new maintenance version: the update's steps and those `on: [upgrade]`.
     pub fn instance_steps(&self, phase: Phase) -> Vec<Step> {
-        select(
-            &self.blueprint.instance.steps,
-            phase,
-            INSTANCE_STEP_DEFAULTS,
-        )
+        let steps = &self.blueprint.instance.steps;
+        if phase != Phase::Upgrade {
+            return select(steps, phase, INSTANCE_STEP_DEFAULTS);
+        }
+        let upgrade = |s: &&Step| {
+            s.runs_in(Phase::Update, INSTANCE_STEP_DEFAULTS)
+                || s.runs_in(Phase::Upgrade, INSTANCE_STEP_DEFAULTS)
+        };
+        steps.iter().filter(upgrade).cloned().collect()
     }
 
     /// The steps a binding operation of `phase` runs, in order.

@@ -3,7 +3,8 @@
 //! `GET /admin/v1/operations/{id}` shows an operation and its event log (steps started, finished,
 //! waiting, failed); `GET /admin/v1/instances?state=…&limit=…` lists instances by status;
 //! `GET /admin/v1/orphans` lists the steps deprovisions and unbinds left behind, which the
-//! engine's janitor retries. All use credentials separate from the platform's and never show
+//! engine's janitor retries; `/admin/v1/upgrades` runs fleet upgrades (see [`crate::upgrade`]).
+//! All use credentials separate from the platform's and never show
 //! parameters or credentials.
 
 use axum::Router;
@@ -28,6 +29,7 @@ pub(crate) fn routes(broker: AppState) -> Router<AppState> {
         .route("/admin/v1/operations/{operation_id}", get(operation))
         .route("/admin/v1/instances", get(instances))
         .route("/admin/v1/orphans", get(orphans))
+        .merge(crate::upgrade::routes())
         .layer(axum::middleware::from_fn_with_state(broker, require_admin))
 }
 
@@ -78,6 +80,11 @@ fn resource_summary(r: &Resource) -> Value {
         "status": r.status.as_str(),
         "created_at": r.created_at,
         "deleted_at": r.deleted_at,
+        "maintenance_version": r.attrs.maintenance_info.as_ref().map(|m| &m.version),
+        "previous_operation": r.previous.as_ref().map(|p| json!({
+            "id": p.id,
+            "state": p.state.as_str(),
+        })),
     })
 }
 

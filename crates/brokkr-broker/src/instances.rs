@@ -7,13 +7,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use brokkr_blueprint::PlanEntry;
-use brokkr_engine::{
-    Attrs, EvaluationError, Key, NewStatus, OpKind, OpStep, Resource, Status, Update,
-};
+use brokkr_engine::{Attrs, EvaluationError, Key, OpKind, OpStep, Resource, Status};
+use brokkr_osb::OperationState;
 use brokkr_osb::messages::{
     InstanceOperationResponse, InstanceResource, ProvisionRequest, UpdateRequest,
 };
-use brokkr_osb::{ErrorCode, MaintenanceInfo, OperationState};
 use serde_json::json;
 use tracing::info;
 
@@ -27,6 +25,7 @@ use crate::operations::{
 };
 use crate::request::{plan_entry, read_mutation, validate_parameters};
 use crate::response::{ApiResult, json_response};
+use crate::update::{Updated, check_maintenance_info, maintenance_version, start_update};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -55,44 +54,6 @@ fn instance_attrs(req: &ProvisionRequest, entry: &PlanEntry) -> Attrs {
         maintenance_info: version.map(maintenance_version),
         ..Attrs::default()
     }
-}
-
-/// Maintenance information at `version`, as an instance keeps it.
-fn maintenance_version(version: String) -> MaintenanceInfo {
-    MaintenanceInfo {
-        version,
-        description: None,
-    }
-}
-
-fn check_maintenance_info(
-    entry: &PlanEntry,
-    requested: Option<&MaintenanceInfo>,
-) -> Result<(), ApiError> {
-    let Some(requested) = requested else {
-        return Ok(());
-    };
-    let current = entry
-        .plan
-        .maintenance_info
-        .as_ref()
-        .map(|m| m.version.as_str());
-    if current == Some(requested.version.as_str()) {
-        return Ok(());
-    }
-    Err(ApiError::unprocessable(
-        ErrorCode::MaintenanceInfoConflict,
-        match current {
-            Some(v) => format!(
-                "The maintenance information for plan {:?} has changed: it is {v}, not {}.",
-                entry.plan.name, requested.version
-            ),
-            None => format!(
-                "Plan {:?} has no maintenance information; omit maintenance_info.",
-                entry.plan.name
-            ),
-        },
-    ))
 }
 
 fn instance_body(r: &Resource) -> InstanceOperationResponse {
@@ -295,141 +256,11 @@ async fn update(
         UpdateRequest::from_slice,
     )
     .await?;
-    let key = Key::instance(&instance_id);
-    let Some(current) = broker
-        .engine
-        .store()
-        .get(&key)
-        .await?
-        .filter(|r| r.status != Status::Deleted)
-    else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("instance {instance_id} does not exist"),
-        ));
-    };
-    if req.service_id != current.service_id {
-        return Err(ApiError::bad_request(format!(
-            "instance {instance_id} belongs to service {:?}, not {:?}",
-            current.service_id, req.service_id
-        )));
+    match start_update(&broker, &instance_id, &req, accepts_incomplete).await? {
+        Updated::Unchanged(r) => Ok(json_response(StatusCode::OK, &instance_body(&r))),
+        Updated::Running(op) => Ok(accepted(&op)),
+        Updated::Started(r) => started(&broker, &r, StatusCode::OK).await,
     }
-    let target_plan = req
-        .plan_id
-        .clone()
-        .unwrap_or_else(|| current.plan_id.clone());
-    let entry = plan_entry(&broker, &req.service_id, &target_plan)?;
-    let entry = &*entry;
-    if target_plan != current.plan_id {
-        let updateable = broker
-            .config()
-            .plan(&current.service_id, &current.plan_id)
-            .map_or_else(|| entry.plan_updateable(), |e| e.plan_updateable());
-        if !updateable {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "the plan of this instance cannot be changed (plan_updateable is false)",
-            ));
-        }
-    }
-    check_maintenance_info(entry, req.maintenance_info.as_ref())?;
-    validate_parameters(
-        entry.instance_update_schema.as_ref(),
-        req.parameters.as_ref(),
-    )?;
-    match current.status {
-        Status::Creating => {
-            return Err(ApiError::concurrency(format!(
-                "instance {instance_id} is being provisioned"
-            )));
-        }
-        Status::Failed => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!(
-                    "instance {instance_id} failed to provision; deprovision it and provision again"
-                ),
-            ));
-        }
-        Status::Ready | Status::Deleted => {}
-    }
-
-    let mut attrs = current.attrs.clone();
-    if let Some(p) = &req.parameters {
-        attrs.parameters = Some(p.clone());
-    }
-    if let Some(c) = &req.context {
-        attrs.context = Some(c.clone());
-    }
-    if let Some(version) = req
-        .maintenance_info
-        .as_ref()
-        .map(|m| m.version.clone())
-        .or_else(|| {
-            // A plan change moves the instance to the new plan's maintenance version.
-            (target_plan != current.plan_id)
-                .then(|| {
-                    entry
-                        .plan
-                        .maintenance_info
-                        .as_ref()
-                        .map(|m| m.version.clone())
-                })
-                .flatten()
-        })
-    {
-        attrs.maintenance_info = Some(maintenance_version(version));
-    }
-    let update = Update {
-        plan_id: target_plan.to_owned(),
-        attrs,
-    };
-    if current.op.in_progress() {
-        if current.op.kind == OpKind::Update
-            && current.op.update.as_ref() == Some(&update)
-            && accepts_incomplete
-        {
-            return Ok(accepted(&current.op));
-        }
-        return Err(ApiError::concurrency(format!(
-            "a {} of instance {instance_id} is in progress",
-            current.op.kind.as_str()
-        )));
-    }
-    if target_plan == current.plan_id && update.attrs == current.attrs {
-        return Ok(json_response(StatusCode::OK, &instance_body(&current)));
-    }
-    // Only the context changed: record it, with nothing to run.
-    let context_only =
-        target_plan == current.plan_id && update.attrs.identity() == current.attrs.identity();
-    let steps = match context_only {
-        true => Steps::Nothing,
-        false => Steps::Configured,
-    };
-    let op = new_operation(&broker, Some(entry), OpKind::Update, steps, Some(update))?;
-    if !op.plan.steps.is_empty() && !accepts_incomplete {
-        return Err(ApiError::async_required());
-    }
-    let store = broker.engine.store();
-    let started_update = store
-        .start(&key, &current.op.id, &op, NewStatus::Set(Status::Ready))
-        .await?;
-    let Some(updated) = started_update else {
-        // Another request got there first: the same update answers with its operation.
-        if let Some(now) = store.get(&key).await?
-            && now.op.in_progress()
-            && now.op.kind == OpKind::Update
-            && now.op.update == op.update
-            && accepts_incomplete
-        {
-            return Ok(accepted(&now.op));
-        }
-        return Err(ApiError::concurrency(format!(
-            "instance {instance_id} is being changed by another request"
-        )));
-    };
-    info!(instance_id, operation = %op.id, plan = %entry.plan.name, "updating");
-    started(&broker, &updated, StatusCode::OK).await
 }
 
 async fn deprovision(

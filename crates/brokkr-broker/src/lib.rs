@@ -31,6 +31,8 @@ mod registry;
 mod request;
 mod response;
 pub mod server;
+mod update;
+pub mod upgrade;
 
 pub use app::router;
 pub use broker::{

@@ -1,5 +1,6 @@
 //! Prometheus metrics at `/metrics`: HTTP requests by method, route and status, open connections,
-//! and the engine's operation, step and orphan metrics. [`track`] counts and times every request
+//! ready instances by service, plan and maintenance version (`brokkr_instances`, counted from
+//! the store at each scrape), and the engine's operation, step and orphan metrics. [`track`] counts and times every request
 //! and [`serve`] answers `/metrics`; the families themselves are [`Metrics`]'s.
 
 use std::time::Instant;
@@ -30,8 +31,30 @@ pub async fn track(State(broker): State<AppState>, request: Request, next: Next)
     response
 }
 
+/// Counts the ready instances of each plan at each maintenance version, by the names the
+/// catalog gives them (their ids for a plan no longer configured). A store that cannot answer
+/// leaves the last counts.
+async fn count_instances(broker: &AppState) {
+    let counts = match broker.engine.store().count_instance_versions().await {
+        Ok(counts) => counts,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot count instances for /metrics");
+            return;
+        }
+    };
+    let config = broker.config();
+    broker.metrics.set_instances(counts.into_iter().map(|c| {
+        let (service, plan) = match config.plan(&c.service_id, &c.plan_id) {
+            Some(e) => (e.service.name.clone(), e.plan.name.clone()),
+            None => (c.service_id, c.plan_id),
+        };
+        (service, plan, c.version.unwrap_or_default(), c.count)
+    }));
+}
+
 /// `GET /metrics`.
 pub async fn serve(State(broker): State<AppState>) -> Response {
+    count_instances(&broker).await;
     (
         StatusCode::OK,
         [(

@@ -19,6 +19,9 @@ use crate::response::{ApiResult, json_response};
 pub(crate) enum Steps {
     /// Those its plan's blueprint gives its kind.
     Configured,
+    /// Those of an update that moves an instance to a new maintenance version: the update's
+    /// and those `on: [upgrade]`.
+    Upgrade,
     /// Only these: the steps a finished deprovision or unbind left behind, when it is repeated.
     LeftBehind(Vec<OpStep>),
     /// None: an update that only records a new context.
@@ -34,6 +37,7 @@ pub(crate) fn op_plan(
 ) -> Result<OpPlan, PlanError> {
     match steps {
         Steps::Configured => OpPlan::configured(entry, kind),
+        Steps::Upgrade => OpPlan::configured(entry, OpKind::Upgrade),
         Steps::LeftBehind(steps) => Ok(OpPlan::with_steps(entry, kind, steps)),
         Steps::Nothing => Ok(OpPlan::with_steps(entry, kind, Vec::new())),
     }
@@ -252,6 +256,7 @@ blueprints:
     steps:
     - {name: create, delay: 1s, on: [provision]}
     - {name: change, delay: 1s, on: [update]}
+    - {name: migrate, delay: 1s, on: [upgrade]}
     - {name: first, delay: 1s, on: [deprovision]}
     - {name: second, delay: 1s, on: [deprovision]}
   binding:
@@ -272,6 +277,9 @@ blueprints:
         let configured = |kind| op_plan(entry, kind, Steps::Configured).unwrap();
         assert_eq!(names(&configured(OpKind::Provision)), ["create"]);
         assert_eq!(names(&configured(OpKind::Update)), ["change"]);
+        // An upgrade, an update to a new maintenance version, also runs its own steps.
+        let upgrade = op_plan(entry, OpKind::Update, Steps::Upgrade).unwrap();
+        assert_eq!(names(&upgrade), ["change", "migrate"]);
         assert_eq!(names(&configured(OpKind::Deprovision)), ["second", "first"]);
         assert_eq!(names(&configured(OpKind::Bind)), ["grant"]);
         assert_eq!(names(&configured(OpKind::Unbind)), ["revoke"]);

@@ -1,6 +1,7 @@
 //! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
-//! their latency and open connections, bindings revoked when their credentials expired, beside
-//! the engine's operation, step and orphan families.
+//! their latency and open connections, bindings revoked when their credentials expired,
+//! instances by plan and maintenance version, beside the engine's operation, step and orphan
+//! families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +18,14 @@ pub struct RequestLabels {
     status: u16,
 }
 
+/// Labels of the instances of a plan at a maintenance version (`""` when they record none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceLabels {
+    service: String,
+    plan: String,
+    version: String,
+}
+
 /// The broker's registry and HTTP metric families.
 pub struct Metrics {
     registry: Registry,
@@ -26,6 +35,7 @@ pub struct Metrics {
     pub(crate) connections: Gauge,
     /// Bindings this broker unbound because their credentials expired (see [`crate::expiry`]).
     pub(crate) revoked: Counter,
+    instances: Family<InstanceLabels, Gauge>,
 }
 
 impl Metrics {
@@ -58,6 +68,12 @@ impl Metrics {
             "Bindings unbound by the broker because their credentials expired",
             revoked.clone(),
         );
+        let instances = Family::<InstanceLabels, Gauge>::default();
+        registry.register(
+            "brokkr_instances",
+            "Ready instances by service, plan and maintenance version",
+            instances.clone(),
+        );
         engine.metrics().register(&mut registry);
         Self {
             registry,
@@ -65,6 +81,7 @@ impl Metrics {
             latency,
             connections,
             revoked,
+            instances,
         }
     }
 
@@ -77,6 +94,22 @@ impl Metrics {
         };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Replaces the instance counts with `counts`: (service, plan, version, how many).
+    pub(crate) fn set_instances(
+        &self,
+        counts: impl IntoIterator<Item = (String, String, String, i64)>,
+    ) {
+        self.instances.clear();
+        for (service, plan, version, count) in counts {
+            let labels = InstanceLabels {
+                service,
+                plan,
+                version,
+            };
+            self.instances.get_or_create(&labels).set(count);
+        }
     }
 
     /// The registry in the Prometheus text format.

@@ -26,8 +26,9 @@ pub mod store;
 pub use brokkr_blueprint::evaluate::EvaluationError;
 pub use clock::now_ms;
 pub use model::{
-    Action, Attrs, Event, Key, OpKind, OpPlan, OpStep, Operation, Orphan, Outputs, PlanError,
-    PreviousOperation, Resource, Status, TargetAction, Update,
+    Action, Attrs, Event, ItemState, Key, OpKind, OpPlan, OpStep, Operation, Orchestration,
+    OrchestrationState, Orphan, Outputs, PlanError, PreviousOperation, Resource, Status,
+    TargetAction, Update, UpgradeItem, VersionCount,
 };
 pub use runner::{Engine, EngineOptions, NAMES_KEY_SETTING};
 pub use store::{NewStatus, Store, StoreError, connect, redact_url};

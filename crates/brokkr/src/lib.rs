@@ -21,7 +21,8 @@
 //! ```
 //!
 //! Commands: `serve` runs the broker; `check`, `catalog` and `render` inspect a configuration;
-//! `osb` calls any OSB broker as a platform does; `bench` drives OSB load; `store` maintains the
+//! `osb` calls any OSB broker as a platform does; `upgrade` runs fleet upgrades; `bench` drives
+//! OSB load; `store` maintains the
 //! store; `crds` prints the Kubernetes controllers' CustomResourceDefinitions and `controller`
 //! runs the controllers. examples/custom-step is a complete example.
 
@@ -36,7 +37,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, catalog, check, controller, crds, osb, render, serve, store};
+use commands::{bench, catalog, check, controller, crds, osb, render, serve, store, upgrade};
 
 pub use brokkr_engine::step;
 pub use step_kinds::StepKinds;
@@ -81,6 +82,9 @@ enum Command {
     Catalog(catalog::CatalogArgs),
     /// Call any OSB broker as a platform does: catalog, provision, bind, … (`--wait` to poll).
     Osb(osb::OsbArgs),
+    /// Upgrade every instance of a plan to its maintenance version, in waves, through the
+    /// broker's admin API; follow, pause, resume or cancel it.
+    Upgrade(upgrade::UpgradeArgs),
     /// Print the CustomResourceDefinitions of brokkr's Kubernetes controllers.
     Crds(crds::CrdsArgs),
     /// Run the Kubernetes controllers (brokers, their catalogs, service instances) against the
@@ -118,6 +122,7 @@ pub fn main_with(kinds: StepKinds) -> ExitCode {
             Command::Store(command) => store::run(command).await,
             Command::Catalog(args) => catalog::run(args).await,
             Command::Osb(args) => osb::run(args).await,
+            Command::Upgrade(args) => upgrade::run(args).await,
             Command::Crds(args) => crds::run(args).await,
             Command::Controller(args) => controller::run(args).await,
             Command::Version => {

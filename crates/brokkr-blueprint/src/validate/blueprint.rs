@@ -26,7 +26,12 @@ impl Validator {
         renderer: &Renderer,
         names: &Names<'_>,
     ) {
-        let instance_phases = [Phase::Provision, Phase::Update, Phase::Deprovision];
+        let instance_phases = [
+            Phase::Provision,
+            Phase::Update,
+            Phase::Upgrade,
+            Phase::Deprovision,
+        ];
         let instance_keys = self.check_registry(
             file,
             &format!("{at}.instance.registry"),
@@ -68,6 +73,7 @@ impl Validator {
             let builds = |s: &Step| {
                 s.runs_in(Phase::Provision, INSTANCE_STEP_DEFAULTS)
                     || s.runs_in(Phase::Update, INSTANCE_STEP_DEFAULTS)
+                    || s.runs_in(Phase::Upgrade, INSTANCE_STEP_DEFAULTS)
             };
             let (building, other): (Vec<&Step>, Vec<&Step>) =
                 blueprint.instance.steps.iter().partition(|s| builds(s));

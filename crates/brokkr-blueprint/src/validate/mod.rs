@@ -228,6 +228,7 @@ impl Validator {
 
 #[cfg(test)]
 mod tests {
+    use crate::config::Phase;
     use crate::load::load_str;
 
     fn errors(yaml: &str) -> Vec<String> {
@@ -277,13 +278,39 @@ mod tests {
             "blueprints[0].binding: the plan is not bindable",
             "instance.steps[0]: a step needs an action",
             "instance.steps[1].name: duplicate step name",
-            "instance.steps[1].on: `bind` is not one of provision, update, deprovision",
+            "instance.steps[1].on: `bind` is not one of provision, update, upgrade, deprovision",
         ] {
             assert!(
                 errs.iter().any(|e| e.contains(expected)),
                 "{expected}\n{errs:#?}"
             );
         }
+    }
+
+    #[test]
+    fn upgrade_steps_run_only_in_an_upgrade_of_an_instance() {
+        let catalog = "catalog:\n  services:\n  - {name: s, id: s1, description: d, bindable: true,\n     plans: [{name: p, id: p1, description: d, maintenance_info: {version: 1.0.0}}]}\n";
+        let steps = "[{name: build, delay: 1s}, {name: migrate, delay: 1s, on: [upgrade]}, {name: tune, delay: 1s, on: [update]}]";
+        let yaml = format!(
+            "{catalog}blueprints:\n- {{service: s, plan: p, instance: {{steps: {steps}}}, binding: {{credentials: {{type: x}}}}}}\n"
+        );
+        let config = load_str("fine.yaml", &yaml).unwrap();
+        let entry = config.plan("s1", "p1").unwrap();
+        let names = |phase| -> Vec<String> {
+            (entry.instance_steps(phase).into_iter())
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(names(Phase::Provision), ["build"]);
+        assert_eq!(names(Phase::Update), ["build", "tune"]);
+        assert_eq!(names(Phase::Upgrade), ["build", "migrate", "tune"]);
+
+        let yaml = format!(
+            "{catalog}blueprints:\n- {{service: s, plan: p, binding: {{credentials: {{type: x}}, steps: [{{name: g, delay: 1s, on: [upgrade]}}]}}}}\n"
+        );
+        let errs = errors(&yaml);
+        let expected = "binding.steps[0].on: `upgrade` is not one of bind, unbind";
+        assert!(errs.iter().any(|e| e.contains(expected)), "{errs:#?}");
     }
 
     #[test]

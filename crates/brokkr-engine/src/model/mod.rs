@@ -3,16 +3,19 @@
 //! - this module: [`Resource`], [`Operation`], their states and event log, and [`Orphan`]s;
 //! - `plan`: what an operation runs, [`OpPlan`] and its [`OpStep`]s, taken from the blueprint
 //!   phase its [`OpKind`] names;
-//! - `state`: a resource's [`Attrs`] and [`Outputs`], and the [`Update`] an update makes.
+//! - `state`: a resource's [`Attrs`] and [`Outputs`], and the [`Update`] an update makes;
+//! - `upgrade`: fleet upgrades, [`Orchestration`]s and their [`UpgradeItem`]s.
 
 use brokkr_osb::OperationState;
 use serde::{Deserialize, Serialize};
 
 mod plan;
 mod state;
+mod upgrade;
 
 pub use plan::{Action, OpKind, OpPlan, OpStep, PlanError, TargetAction};
 pub use state::{Attrs, Outputs, Skipped, Update};
+pub use upgrade::{ItemState, Orchestration, OrchestrationState, UpgradeItem, VersionCount};
 
 /// Identifies an instance (`binding_id` is `None`) or one of its bindings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

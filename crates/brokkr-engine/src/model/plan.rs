@@ -41,15 +41,17 @@ pub struct OpPlan {
 
 impl OpPlan {
     /// The plan of a new operation of `kind` on a resource of plan `entry`: the steps its
-    /// blueprint gives `kind`, in order, for a bind the credentials template and their expiry, and for a
+    /// blueprint gives `kind` (for [`OpKind::Upgrade`], an update to a new maintenance version,
+    /// the update's steps and the upgrade's), in order, for a bind the credentials template and their expiry, and for a
     /// provision or update the instance's dashboard URL expression. A plan no
     /// longer configured (`entry` is `None`) gives no steps.
     pub fn configured(entry: Option<&PlanEntry>, kind: OpKind) -> Result<Self, PlanError> {
         let steps = match (entry, kind) {
             (None, _) => Vec::new(),
-            (Some(e), OpKind::Provision | OpKind::Update | OpKind::Deprovision) => {
-                e.instance_steps(kind)
-            }
+            (
+                Some(e),
+                OpKind::Provision | OpKind::Update | OpKind::Upgrade | OpKind::Deprovision,
+            ) => e.instance_steps(kind),
             (Some(e), OpKind::Bind | OpKind::Unbind) => e.binding_steps(kind),
         };
         let steps = steps
@@ -64,14 +66,18 @@ impl OpPlan {
     pub fn with_steps(entry: Option<&PlanEntry>, kind: OpKind, steps: Vec<OpStep>) -> Self {
         let binding = match kind {
             OpKind::Bind => entry.and_then(|e| e.blueprint.binding.as_ref()),
-            OpKind::Provision | OpKind::Update | OpKind::Deprovision | OpKind::Unbind => None,
+            OpKind::Provision
+            | OpKind::Update
+            | OpKind::Upgrade
+            | OpKind::Deprovision
+            | OpKind::Unbind => None,
         };
         let credentials = binding.map(|b| b.credentials.clone());
         let expiry = binding
             .and_then(|b| b.rotation.clone())
             .filter(|r| r.lifetime.is_some());
         let dashboard_url = match kind {
-            OpKind::Provision | OpKind::Update => {
+            OpKind::Provision | OpKind::Update | OpKind::Upgrade => {
                 entry.and_then(|e| e.blueprint.instance.dashboard_url.clone())
             }
             OpKind::Deprovision | OpKind::Bind | OpKind::Unbind => None,

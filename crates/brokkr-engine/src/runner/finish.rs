@@ -31,7 +31,7 @@ impl Engine {
                     ..ok(&description, Status::Deleted)
                 }
             }
-            OpKind::Update => Finish {
+            OpKind::Update | OpKind::Upgrade => Finish {
                 update: r.op.update.clone(),
                 ..ok("updated", Status::Ready)
             },
@@ -82,7 +82,7 @@ impl Engine {
             description: reason.to_string(),
             status: match r.op.kind {
                 OpKind::Provision | OpKind::Bind => Status::Failed,
-                OpKind::Update | OpKind::Deprovision | OpKind::Unbind => r.status,
+                OpKind::Update | OpKind::Upgrade | OpKind::Deprovision | OpKind::Unbind => r.status,
             },
             update: None,
             outputs: None,

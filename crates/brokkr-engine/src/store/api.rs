@@ -3,7 +3,10 @@
 use async_trait::async_trait;
 
 use super::error::StoreError;
-use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status, Update};
+use crate::model::{
+    Event, Key, OpKind, Operation, Orchestration, OrchestrationState, Orphan, Outputs, Resource,
+    Status, Update, UpgradeItem, VersionCount,
+};
 
 /// Result of [`Store::create`].
 #[derive(Debug)]
@@ -220,6 +223,60 @@ pub trait Store: Send + Sync {
         status: Option<Status>,
         limit: i64,
     ) -> Result<Vec<Resource>, StoreError>;
+
+    /// Records a new fleet upgrade and its instances.
+    async fn create_orchestration(
+        &self,
+        orchestration: &Orchestration,
+        items: &[UpgradeItem],
+    ) -> Result<(), StoreError>;
+
+    /// Fleet upgrades, newest first, at most `limit`.
+    async fn list_orchestrations(&self, limit: i64) -> Result<Vec<Orchestration>, StoreError>;
+
+    /// A fleet upgrade and its instances, in their order.
+    async fn orchestration(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Orchestration, Vec<UpgradeItem>)>, StoreError>;
+
+    /// Moves fleet upgrade `id` to `to` (with `description`; ended when `to` is final) if it is
+    /// in one of the states `from`. Returns whether it did.
+    async fn set_orchestration_state(
+        &self,
+        id: &str,
+        from: &[OrchestrationState],
+        to: OrchestrationState,
+        description: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// Leases to `owner`, until `lease_until`, the running and paused fleet upgrades (and the
+    /// cancelled ones with upgrades still in progress) whose lease is free, expired or
+    /// `owner`'s already; returns their ids.
+    async fn claim_orchestrations(
+        &self,
+        owner: &str,
+        lease_until: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Saves an instance's progress in fleet upgrade `id`, if `owner` holds its lease. Returns
+    /// whether it did.
+    async fn save_upgrade_item(
+        &self,
+        id: &str,
+        owner: &str,
+        item: &UpgradeItem,
+    ) -> Result<bool, StoreError>;
+
+    /// The ready instances of a plan, oldest first.
+    async fn plan_instances(
+        &self,
+        service_id: &str,
+        plan_id: &str,
+    ) -> Result<Vec<Resource>, StoreError>;
+
+    /// How many ready instances each plan has at each maintenance version.
+    async fn count_instance_versions(&self) -> Result<Vec<VersionCount>, StoreError>;
 
     /// Re-encrypts every stored secret with the newest key (and encrypts plaintext left from
     /// before a key was configured), orphans' contexts included. Returns how many rows changed.

@@ -20,13 +20,16 @@
 //! rows through `write`. The tables and their migrations are in `schema`, the columns of a
 //! resource's row in `columns`, how a resource is a row (sealing, decoding) in `row`, the
 //! statements of the hot path in `statement`, a SQLite file's lock and connection settings in
-//! `sqlite`.
+//! `sqlite`. Fleet upgrades and the reads of instances they need are in `upgrades`.
 
 use async_trait::async_trait;
 
 use super::api::{Created, Finish, NewStatus, Store};
 use super::error::StoreError;
-use crate::model::{Event, Key, OpKind, Operation, Orphan, Outputs, Resource, Status};
+use crate::model::{
+    Event, Key, OpKind, Operation, Orchestration, OrchestrationState, Orphan, Outputs, Resource,
+    Status, UpgradeItem, VersionCount,
+};
 
 mod batch;
 mod batched_reads;
@@ -50,6 +53,7 @@ mod session;
 mod settings;
 mod sqlite;
 mod statement;
+mod upgrades;
 mod view;
 mod write;
 mod writer;
@@ -231,6 +235,64 @@ impl Store for SqlStore {
         limit: i64,
     ) -> Result<Vec<Resource>, StoreError> {
         SqlStore::list_instances(self, status, limit).await
+    }
+
+    async fn create_orchestration(
+        &self,
+        orchestration: &Orchestration,
+        items: &[UpgradeItem],
+    ) -> Result<(), StoreError> {
+        SqlStore::create_orchestration(self, orchestration, items).await
+    }
+
+    async fn list_orchestrations(&self, limit: i64) -> Result<Vec<Orchestration>, StoreError> {
+        SqlStore::list_orchestrations(self, limit).await
+    }
+
+    async fn orchestration(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Orchestration, Vec<UpgradeItem>)>, StoreError> {
+        SqlStore::orchestration(self, id).await
+    }
+
+    async fn set_orchestration_state(
+        &self,
+        id: &str,
+        from: &[OrchestrationState],
+        to: OrchestrationState,
+        description: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        SqlStore::set_orchestration_state(self, id, from, to, description).await
+    }
+
+    async fn claim_orchestrations(
+        &self,
+        owner: &str,
+        lease_until: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        SqlStore::claim_orchestrations(self, owner, lease_until).await
+    }
+
+    async fn save_upgrade_item(
+        &self,
+        id: &str,
+        owner: &str,
+        item: &UpgradeItem,
+    ) -> Result<bool, StoreError> {
+        SqlStore::save_upgrade_item(self, id, owner, item).await
+    }
+
+    async fn plan_instances(
+        &self,
+        service_id: &str,
+        plan_id: &str,
+    ) -> Result<Vec<Resource>, StoreError> {
+        SqlStore::plan_instances(self, service_id, plan_id).await
+    }
+
+    async fn count_instance_versions(&self) -> Result<Vec<VersionCount>, StoreError> {
+        SqlStore::count_instance_versions(self).await
     }
 
     async fn rekey(&self) -> Result<u64, StoreError> {

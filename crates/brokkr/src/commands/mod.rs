@@ -10,3 +10,4 @@ pub mod render;
 pub mod seed;
 pub mod serve;
 pub mod store;
+pub mod upgrade;

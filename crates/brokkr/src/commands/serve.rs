@@ -145,8 +145,10 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
     let check = Box::new(move |c: &Config| check_step_kinds(c, &available));
     crate::reload::spawn(args.config.clone(), broker.clone(), check)?;
     let expiry = brokkr_broker::expiry::spawn(broker.clone(), args.expiry_sweep_interval);
+    let upgrades = brokkr_broker::upgrade::spawn(broker.clone());
     brokkr_broker::server::serve(listener, broker, limits, shutdown_signal()).await;
     expiry.abort();
+    upgrades.abort();
     info!("requests drained; stopping the engine (unfinished operations resume on next start)");
     engine.shutdown().await;
     Ok(())

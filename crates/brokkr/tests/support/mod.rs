@@ -1,11 +1,12 @@
 //! What the tests of `brokkr controller` share: processes, ports, polling, a broker on the
 //! shared-server catalog, logging in with a binding Secret's credentials, and a local server
-//! playing the Director.
+//! playing the Director; and (`upgrade`) what the tests of `brokkr upgrade` share.
 
 #![allow(dead_code)]
 
 pub mod cluster;
 pub mod director;
+pub mod upgrade;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

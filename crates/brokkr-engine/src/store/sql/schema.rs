@@ -5,7 +5,7 @@
 use sqlx::{Executor, Row};
 
 use super::connect::{Dialect, SqlStore};
-use super::{expiry, orphans};
+use super::{expiry, orphans, upgrades};
 use crate::store::error::StoreError;
 
 const SCHEMA: &[&str] = &[
@@ -75,12 +75,12 @@ pub struct Migration {
 }
 
 /// This brokkr's schema version: the number of [`migrations`].
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Every migration, oldest first. Version 1 is the schema as it was before versions were
 /// recorded; its statements all say `IF NOT EXISTS`, so a store from then is brought to version
-/// 1 by running them again. Version 2 adds bindings' `expires_at` column and its index. Add a
-/// migration at the end (and raise [`SCHEMA_VERSION`]); never change one that has been released.
+/// 1 by running them again. Version 2 adds bindings' `expires_at` column and its index; version
+/// 3 the tables of fleet upgrades. Add a migration at the end (and raise [`SCHEMA_VERSION`]); never change one that has been released.
 pub fn migrations() -> Vec<Migration> {
     vec![
         Migration {
@@ -89,6 +89,10 @@ pub fn migrations() -> Vec<Migration> {
         },
         Migration {
             statements: expiry::SCHEMA.to_vec(),
+            breaks_older: false,
+        },
+        Migration {
+            statements: upgrades::SCHEMA.to_vec(),
             breaks_older: false,
         },
     ]

@@ -9,7 +9,7 @@
 mod args;
 mod broker;
 mod change;
-mod output;
+pub(crate) mod output;
 mod show;
 
 use anyhow::{Context as _, Result};
