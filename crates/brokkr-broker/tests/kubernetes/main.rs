@@ -9,7 +9,8 @@
 //! condition, a KubeDB resource's phase) and create what KubeDB would (its auth Secret).
 //!
 //! One module per flow: `manifests` and `kubedb` (the two catalogs' lifecycles), `namespaces`
-//! (the namespace policies) and `requests` (what brokkr asks of the API server). `cluster` is
+//! (the namespace policies), `requests` (what brokkr asks of the API server) and `upgrades` (an
+//! upgrade to a new maintenance version, and what it asks). `cluster` is
 //! the fake or real cluster a flow runs against, `support` the broker and the helpers the flows
 //! share.
 
@@ -22,3 +23,4 @@ mod manifests;
 mod namespaces;
 mod requests;
 mod support;
+mod upgrades;

@@ -79,7 +79,7 @@ blueprints:
 /// who asked: besides brokkr, the API server reads the `kubernetes` Service every few seconds,
 /// and the garbage collector reads and patches an object deleted in the foreground. The
 /// assertions hold only what no one else does here.
-async fn requests_served(
+pub(crate) async fn requests_served(
     client: &kube::Client,
 ) -> std::collections::BTreeMap<(String, String), u64> {
     let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
@@ -111,7 +111,7 @@ async fn requests_served(
 }
 
 /// What the API server served between two readings, as `VERB resource` → count.
-fn served_between(
+pub(crate) fn served_between(
     before: &std::collections::BTreeMap<(String, String), u64>,
     after: &std::collections::BTreeMap<(String, String), u64>,
     resources: &[&str],
