@@ -21,7 +21,7 @@ fn catalog(version: &str, kubeconfig: &str) -> String {
     let (mode, metrics) = match version {
         "1.0.0" => (
             "one",
-            "      - {apiVersion: v1, kind: Service, metadata: {name: kv-metrics},\n         spec: {selector: {app: kv}, ports: [{port: 9121}]}}\n",
+            "      - {apiVersion: v1, kind: Service, metadata: {name: kv-metrics},\n         spec: {selector: {app: kv}, ports: [{port: 9121, protocol: TCP}]}}\n",
         ),
         _ => ("two", ""),
     };
@@ -58,7 +58,7 @@ blueprints:
               containers:
               - {{name: kv, image: 'redis:7', env: [{{name: MODE, value: {mode}}}]}}
       - {{apiVersion: v1, kind: Service, metadata: {{name: kv}},
-         spec: {{selector: {{app: kv}}, ports: [{{port: 6379}}]}}}}
+         spec: {{selector: {{app: kv}}, ports: [{{port: 6379, protocol: TCP}}]}}}}
 {metrics}"
     )
 }
