@@ -7,16 +7,13 @@
 //! The test runs the real binary (`CARGO_BIN_EXE_brokkr`) on a free local port with its own
 //! temporary directory for the configuration and the SQLite store.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_brokkr");
-/// How long the broker may take to start, or to pick up a change.
-const PATIENCE: Duration = Duration::from_secs(20);
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::BIN;
+use support::logged_serve::LoggedServe;
 /// The path of the edited template value, as the refusals name it.
 const PATH: &str = "instance.steps[0].templates[0].data.max_connections (changed)";
 
@@ -88,95 +85,10 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-struct Serve {
-    child: Child,
-    log: Arc<Mutex<String>>,
-    osb: brokkr_osb::client::Client,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- brokkr stderr ---\n{}", self.log.lock().unwrap());
-        }
-    }
-}
-
-impl Serve {
-    fn start(config: &Path, dir: &Path) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut cmd = brokkr(&["serve", "--insecure-plaintext-secrets", "--config"]);
-        cmd.arg(config)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--store", &store_url(dir)])
-            .env("BROKKR_BROKER_USERNAME", "platform")
-            .env("BROKKR_BROKER_PASSWORD", "versions-test")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn brokkr");
-        let log = Arc::new(Mutex::new(String::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut text = sink.lock().unwrap();
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
-        Self {
-            child,
-            log,
-            osb: brokkr_osb::client::Client::builder(format!("http://127.0.0.1:{port}"))
-                .basic_auth("platform", "versions-test")
-                .timeout(Duration::from_secs(2))
-                .build()
-                .expect("OSB client"),
-        }
-    }
-
-    /// Waits until the log contains `needle`; returns the log.
-    async fn wait_logged(&mut self, needle: &str) -> String {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let text = self.log.lock().unwrap().clone();
-            if text.contains(needle) {
-                return text;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("brokkr exited with {status} before logging {needle:?}");
-            }
-            assert!(Instant::now() < until, "never logged {needle:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The served plan's description.
-    async fn description(&self) -> String {
-        let catalog = self.osb.catalog().await.unwrap().body;
-        catalog.services[0].plans[0].description.clone()
-    }
-
-    /// Waits for the process to end; its exit status and its log.
-    async fn exited(&mut self) -> (std::process::ExitStatus, String) {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // The log thread ends with the pipe.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                return (status, self.log.lock().unwrap().clone());
-            }
-            assert!(Instant::now() < until, "brokkr serve did not exit");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+/// The served plan's description.
+async fn description(serve: &LoggedServe) -> String {
+    let catalog = serve.osb.catalog().await.unwrap().body;
+    catalog.services[0].plans[0].description.clone()
 }
 
 #[tokio::test]
@@ -192,14 +104,17 @@ async fn a_blueprint_changed_under_its_version_is_refused_and_a_new_version_acce
     assert!(!dir.path().join("brokkr.db").exists());
 
     // Served once: version 1.0.0 is recorded with its blueprint.
-    let mut serve = Serve::start(&path, dir.path());
-    serve.wait_logged("brokkr is serving the OSB API").await;
-    assert_eq!(serve.description().await, "Small");
+    let mut serve = LoggedServe::start(&path, dir.path());
+    serve.wait_logged("brokkr is serving the OSB API", 1).await;
+    assert_eq!(description(&serve).await, "Small");
 
     // A reload that changes the template under 1.0.0 is refused; the old catalog stays.
     write_config(&path, &config("1.0.0", "Tuned", 200));
     let log = serve
-        .wait_logged("the new configuration is refused; still serving the previous one")
+        .wait_logged(
+            "the new configuration is refused; still serving the previous one",
+            1,
+        )
         .await;
     for needle in [r#"plan "small" of service "db""#, r#""1.0.0""#, PATH] {
         assert!(
@@ -208,11 +123,11 @@ async fn a_blueprint_changed_under_its_version_is_refused_and_a_new_version_acce
         );
     }
     assert!(!log.contains("limit-200"), "a value was logged:\n{log}");
-    assert_eq!(serve.description().await, "Small");
+    assert_eq!(description(&serve).await, "Small");
     drop(serve);
 
     // Started with it, serve refuses to start.
-    let mut serve = Serve::start(&path, dir.path());
+    let mut serve = LoggedServe::start(&path, dir.path());
     let (status, log) = serve.exited().await;
     assert_eq!(status.code(), Some(1), "{log}");
     for needle in [r#"plan "small" of service "db""#, r#""1.0.0""#, PATH] {
@@ -238,11 +153,11 @@ async fn a_blueprint_changed_under_its_version_is_refused_and_a_new_version_acce
 
     // A new version is accepted by a reload, and recorded.
     std::fs::write(&path, config("1.0.0", "Small", 100)).unwrap();
-    let mut serve = Serve::start(&path, dir.path());
-    serve.wait_logged("brokkr is serving the OSB API").await;
+    let mut serve = LoggedServe::start(&path, dir.path());
+    serve.wait_logged("brokkr is serving the OSB API", 1).await;
     write_config(&path, &config("1.1.0", "Tuned", 200));
-    serve.wait_logged("configuration reloaded").await;
-    assert_eq!(serve.description().await, "Tuned");
+    serve.wait_logged("configuration reloaded", 1).await;
+    assert_eq!(description(&serve).await, "Tuned");
     drop(serve);
     let out = check(&path, dir.path(), true);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod director;
+pub mod logged_serve;
 pub mod upgrade;
 
 use std::net::TcpListener;
