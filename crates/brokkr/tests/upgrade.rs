@@ -13,20 +13,13 @@ use brokkr_test_support::PgSchema;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use support::eventually;
-use support::upgrade::{Broker, cli, config, ids};
+use support::upgrade::{Broker, cli, config, fleet_behind, ids};
 
 #[tokio::test]
 async fn a_fleet_upgrade_survives_a_kill_and_upgrades_each_instance_once() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("brokkr.yaml"), config("1.0.0")).unwrap();
-    let fleet = ids("f", 50);
-    let provisions = {
-        let broker = Broker::start(dir.path()).await;
-        broker.provision(&fleet, &[]).await
-    };
-    // The plan moves to 1.1.0.
-    std::fs::write(dir.path().join("brokkr.yaml"), config("1.1.0")).unwrap();
-    let broker = Broker::start(dir.path()).await;
+    // Provisioned at 1.0.0; the plan moves to 1.1.0.
+    let (provisions, broker) = fleet_behind(dir.path(), "f", 50).await;
 
     // A dry run says what would change, and changes nothing.
     let dry = cli(
@@ -202,14 +195,7 @@ async fn a_failed_canary_or_too_many_failures_stop_an_upgrade_and_leave_instance
 #[tokio::test]
 async fn an_upgrade_can_be_paused_resumed_and_cancelled_and_takes_the_platforms_own() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("brokkr.yaml"), config("1.0.0")).unwrap();
-    let fleet = ids("p", 6);
-    let provisions = {
-        let broker = Broker::start(dir.path()).await;
-        broker.provision(&fleet, &[]).await
-    };
-    std::fs::write(dir.path().join("brokkr.yaml"), config("1.1.0")).unwrap();
-    let broker = Broker::start(dir.path()).await;
+    let (provisions, broker) = fleet_behind(dir.path(), "p", 6).await;
 
     let id = broker
         .start_upgrade(json!({"service": "fleet", "plan": "small"}))

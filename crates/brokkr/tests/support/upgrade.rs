@@ -200,6 +200,20 @@ impl Broker {
     }
 }
 
+/// A fleet behind its plan: `n` instances `prefix-NN` provisioned at 1.0.0 by a broker on
+/// the store in `dir` (stopped again), then the plan moved to 1.1.0 and a broker started on it.
+/// The provisions' operations, and the broker.
+pub async fn fleet_behind(dir: &Path, prefix: &str, n: usize) -> (Vec<String>, Broker) {
+    std::fs::write(dir.join("brokkr.yaml"), config("1.0.0")).unwrap();
+    let fleet = ids(prefix, n);
+    let provisions = {
+        let broker = Broker::start(dir).await;
+        broker.provision(&fleet, &[]).await
+    };
+    std::fs::write(dir.join("brokkr.yaml"), config("1.1.0")).unwrap();
+    (provisions, Broker::start(dir).await)
+}
+
 pub fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:02}")).collect()
 }
