@@ -45,6 +45,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
 use crate::index::Index;
+use crate::instance_views::InstanceViews;
 use crate::resources::{
     ClusterServiceBroker, ClusterServiceClass, ClusterServicePlan, ServiceBinding, ServiceBroker,
     ServiceClass, ServiceInstance, ServicePlan,
@@ -91,6 +92,8 @@ pub struct Caches {
     bindings_by_secret: Arc<Index<ServiceBinding>>,
     /// Instances by the Secrets their `parametersFrom` names.
     instances_by_secret: Arc<Index<ServiceInstance>>,
+    /// What the bindings of each instance read of it.
+    instance_views: Arc<InstanceViews>,
 }
 
 /// Changes, as broadcast: what an object created, changed or deleted says, or `None` when its
@@ -107,6 +110,10 @@ pub struct InstanceChange {
     /// reconcile that wrote it chose what comes next, so the instance's own controller need not
     /// look again (its followers, the bindings, still do).
     pub own_write: bool,
+    /// Whether it changed what its bindings read of it (it came or went, became Ready or
+    /// failed, started or ended an operation, got its ids or another plan): its bindings are
+    /// woken only then.
+    pub concerns_bindings: bool,
 }
 
 /// A ServiceBinding created, changed or deleted: what its followers need of it.
@@ -204,6 +211,7 @@ impl Default for Caches {
                     .chain(transform_sources(&b.spec.secret_transforms))
                     .collect()
             })),
+            instance_views: Arc::default(),
             instances_by_secret: Arc::new(Index::new(|i| {
                 parameter_secrets(&i.spec.parameters_from)
                     .map(str::to_owned)
@@ -369,6 +377,7 @@ impl Caches {
         let (plans, cluster_plans) = (self.plans_changed.clone(), self.plans_changed.clone());
         let (instances_written, bindings_written) = (written.clone(), written.clone());
         let instances_by_secret = self.instances_by_secret.clone();
+        let instance_views = self.instance_views.clone();
         let (bindings_by_instance, bindings_by_secret) = (
             self.bindings_by_instance.clone(),
             self.bindings_by_secret.clone(),
@@ -381,9 +390,11 @@ impl Caches {
                 move |event| {
                     instances_written.watched(&event);
                     instances_by_secret.apply(&event);
+                    let concerns_bindings = instance_views.concerns_bindings(&event);
                     broadcast(&instances, event, |i: ServiceInstance, deleted| {
                         InstanceChange {
                             own_write: !deleted && instances_written.is_last(&i),
+                            concerns_bindings,
                             instance: ObjectRef::from_obj(&i),
                         }
                     });

@@ -45,6 +45,7 @@ pub mod held_failures;
 pub mod identity;
 mod index;
 pub mod instance;
+mod instance_views;
 pub mod lease;
 pub mod metrics;
 mod names;
@@ -165,8 +166,8 @@ fn instance_controller(
 }
 
 /// The binding controller: woken by its bindings' changes, by a Secret they own or read
-/// (`parametersFrom`, `addKeysFrom`), and by their instance's changes (one that becomes Ready,
-/// or goes).
+/// (`parametersFrom`, `addKeysFrom`), and by their instance's changes that concern them (one
+/// that becomes Ready, fails, or goes: [`cache::InstanceChange::concerns_bindings`]).
 fn binding_controller(
     ctx: &Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -185,7 +186,10 @@ fn binding_controller(
             ctx.caches.instance_changes(),
             {
                 let ctx = ctx.clone();
-                move |_, change| ctx.caches.bindings_of_instance(&change.instance)
+                move |_, change| match change.concerns_bindings {
+                    true => ctx.caches.bindings_of_instance(&change.instance),
+                    false => Vec::new(),
+                }
             },
         ))
         .graceful_shutdown_on(shutdown)

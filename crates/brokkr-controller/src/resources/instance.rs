@@ -282,7 +282,7 @@ pub enum ServiceInstanceOperation {
 }
 
 /// Whether the broker has the instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ProvisionStatus {
     /// It does.
     Provisioned,
