@@ -84,7 +84,7 @@ pub struct Caches {
     osb_clients: Mutex<HashMap<ObjectRef<ClusterServiceBroker>, CachedClient>>,
     instances_changed: Broadcast<InstanceChange>,
     bindings_changed: Broadcast<BindingChange>,
-    secrets_changed: Broadcast<PartialObjectMeta<Secret>>,
+    secrets_changed: Broadcast<SecretChange>,
     plans_changed: Broadcast<PlanChange>,
     /// Bindings by the instance they name.
     bindings_by_instance: Arc<Index<ServiceBinding>>,
@@ -106,9 +106,10 @@ pub(crate) type Broadcast<T> = broadcast::Sender<Option<Arc<T>>>;
 pub struct InstanceChange {
     /// The instance.
     pub instance: ObjectRef<ServiceInstance>,
-    /// Whether this is this process's own last write of it, delivered back by the watch: the
-    /// reconcile that wrote it chose what comes next, so the instance's own controller need not
-    /// look again (its followers, the bindings, still do).
+    /// Whether this is a version of it this process wrote (its last write or an earlier one),
+    /// delivered back by the watch ([`crate::status::Written::is_own`]): the reconcile that
+    /// wrote it chose what comes next, so the instance's own controller need not look again
+    /// (its followers, the bindings, still do).
     pub own_write: bool,
     /// Whether it changed what its bindings read of it (it came or went, became Ready or
     /// failed, started or ended an operation, got its ids or another plan): its bindings are
@@ -125,9 +126,18 @@ pub struct BindingChange {
     pub instance: ObjectRef<ServiceInstance>,
     /// Whether it is being deleted, or is gone.
     pub going: bool,
-    /// Whether this is this process's own last write of it, delivered back by the watch (see
+    /// Whether this is a version of it this process wrote, delivered back by the watch (see
     /// [`InstanceChange::own_write`]).
     pub own_write: bool,
+}
+
+/// A Secret (its metadata) created, changed or deleted.
+#[derive(Debug)]
+pub struct SecretChange {
+    /// The Secret, as the change left it (as it was last, for a deletion).
+    pub secret: PartialObjectMeta<Secret>,
+    /// Whether it was deleted.
+    pub gone: bool,
 }
 
 /// A ClusterServicePlan or ServicePlan created, changed or deleted: what the instances of the
@@ -289,7 +299,7 @@ where
 }
 
 /// What a change of an object wakes in the object's own controller: the object, unless the
-/// change is this process's own last write delivered back (the reconcile that wrote it chose
+/// change is one of this process's own writes delivered back (the reconcile that wrote it chose
 /// what comes next).
 pub fn unless_own<K>(object: &ObjectRef<K>, own_write: bool) -> Vec<ObjectRef<K>>
 where
@@ -319,10 +329,24 @@ pub fn waking<K, T>(
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
+    waking_or(store, changes, wakes, every)
+}
+
+/// [`waking`], with `missed` choosing what to wake where changes may have been missed (the
+/// objects that may have something to do).
+pub fn waking_or<K, T>(
+    store: Store<K>,
+    changes: impl futures::Stream<Item = Seen<T>> + Send + 'static,
+    wakes: impl Fn(&Store<K>, T) -> Vec<ObjectRef<K>> + Send + 'static,
+    missed: impl Fn(&Store<K>) -> Vec<ObjectRef<K>> + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     changes.flat_map(move |seen| {
         futures::stream::iter(match seen {
             Seen::Changed(change) => wakes(&store, change),
-            Seen::Missed => every(&store),
+            Seen::Missed => missed(&store),
         })
     })
 }
@@ -345,7 +369,7 @@ impl Caches {
     /// The Secrets (metadata) created, changed or deleted from now on.
     pub fn secret_changes(
         &self,
-    ) -> impl futures::Stream<Item = Seen<Arc<PartialObjectMeta<Secret>>>> + Send + use<> {
+    ) -> impl futures::Stream<Item = Seen<Arc<SecretChange>>> + Send + use<> {
         follow(&self.secrets_changed)
     }
 
@@ -393,7 +417,7 @@ impl Caches {
                     let concerns_bindings = instance_views.concerns_bindings(&event);
                     broadcast(&instances, event, |i: ServiceInstance, deleted| {
                         InstanceChange {
-                            own_write: !deleted && instances_written.is_last(&i),
+                            own_write: !deleted && instances_written.is_own(&i),
                             concerns_bindings,
                             instance: ObjectRef::from_obj(&i),
                         }
@@ -410,7 +434,7 @@ impl Caches {
                     bindings_by_secret.apply(&event);
                     broadcast(&bindings, event, |b: ServiceBinding, deleted| {
                         BindingChange {
-                            own_write: !deleted && bindings_written.is_last(&b),
+                            own_write: !deleted && bindings_written.is_own(&b),
                             going: deleted || b.metadata.deletion_timestamp.is_some(),
                             instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
                                 .within(b.metadata.namespace.as_deref().unwrap_or_default()),
@@ -443,7 +467,12 @@ impl Caches {
                 scope.api::<PartialObjectMeta<Secret>>(client),
                 config,
                 w.secrets,
-                move |event| broadcast(&secrets, event, |secret, _| secret),
+                move |event| {
+                    broadcast(&secrets, event, |secret, gone| SecretChange {
+                        secret,
+                        gone,
+                    });
+                },
             ),
         ];
         if scope.reconciles_cluster_brokers() {
@@ -509,18 +538,19 @@ impl Caches {
         self.bindings_by_instance.get(namespace, &instance.name)
     }
 
-    /// The ServiceBindings a change to `secret` concerns: the one whose credentials it holds
-    /// (its controller), and those that read it (`parametersFrom`, `addKeysFrom`).
-    pub fn bindings_of_secret(
-        &self,
-        secret: &PartialObjectMeta<Secret>,
-    ) -> Vec<ObjectRef<ServiceBinding>> {
+    /// The ServiceBindings a change to a Secret concerns: those that read it (`parametersFrom`,
+    /// `addKeysFrom`), and, when it was deleted, the one whose credentials it held (its
+    /// controller), which restores it. The binding writes its Secret itself and does not read
+    /// it back, so its other changes (its creation by that binding, first of all) are no news
+    /// to it.
+    pub fn bindings_of_secret(&self, change: &SecretChange) -> Vec<ObjectRef<ServiceBinding>> {
+        let secret = &change.secret;
         let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
         let name = secret.metadata.name.as_deref().unwrap_or_default();
-        let owners = secret
-            .owner_references()
-            .iter()
-            .filter(|o| o.controller == Some(true) && o.kind == ServiceBinding::kind(&()))
+        let owners = (secret.owner_references().iter())
+            .filter(|o| {
+                change.gone && o.controller == Some(true) && o.kind == ServiceBinding::kind(&())
+            })
             .map(|o| ObjectRef::new(&o.name).within(namespace));
         let mut bindings: Vec<_> = owners
             .chain(self.bindings_by_secret.get(namespace, name))

@@ -55,14 +55,14 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
         match event {
             watcher::Event::Apply(object) => {
                 let keys = self.keys(object);
-                state.set(ObjectRef::from_obj(object), keys);
+                state.set(reference(object), keys);
             }
-            watcher::Event::Delete(object) => state.set(ObjectRef::from_obj(object), Vec::new()),
+            watcher::Event::Delete(object) => state.set(reference(object), Vec::new()),
             watcher::Event::Init => state.relisting = Some(HashMap::new()),
             watcher::Event::InitApply(object) => {
                 let keys = self.keys(object);
                 if let Some(relisting) = &mut state.relisting {
-                    relisting.insert(ObjectRef::from_obj(object), keys);
+                    relisting.insert(reference(object), keys);
                 }
             }
             watcher::Event::InitDone => {
@@ -96,6 +96,15 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
         keys.dedup();
         keys
     }
+}
+
+/// A reference to `object` by namespace and name alone. An index needs nothing more, and the
+/// uid and version `ObjectRef::from_obj` adds (its `extra`, which equality ignores) would cost
+/// two strings for every object filed.
+fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<K> {
+    let mut reference = ObjectRef::from_obj(object);
+    reference.extra = Default::default();
+    reference
 }
 
 impl<K: Resource<DynamicType = ()>> State<K> {

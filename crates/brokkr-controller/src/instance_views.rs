@@ -1,7 +1,8 @@
 //! What the bindings of an instance read of it, kept as a digest per instance, so that an
 //! instance's change is handed to its bindings only when that changed — it came or went, became
-//! Ready or failed, started or ended an operation, got its OSB ids or another plan — and not for
-//! each of its other writes (its finalizer, a condition's message, what an upgrade offers).
+//! Ready or failed, stopped being on its way to Ready; once Ready, started or ended an operation,
+//! got other OSB ids or another plan — and not for each of its other writes (its finalizer, the
+//! ids recorded before its provision, a condition's message, what an upgrade offers).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -10,10 +11,11 @@ use std::sync::Mutex;
 use kube::runtime::watcher;
 
 use crate::resources::{ConditionStatus, ServiceInstance};
+use crate::status::uid_key;
 
-/// The digests, by instance uid.
+/// The digests, by instance uid ([`uid_key`]).
 #[derive(Debug, Default)]
-pub(crate) struct InstanceViews(Mutex<HashMap<String, u64>>);
+pub(crate) struct InstanceViews(Mutex<HashMap<u128, u64>>);
 
 impl InstanceViews {
     /// Takes note of `event`; whether it changes what the instance's bindings read (always for
@@ -22,7 +24,7 @@ impl InstanceViews {
         let mut views = self.0.lock().expect("lock");
         match event {
             watcher::Event::Apply(instance) | watcher::Event::InitApply(instance) => {
-                let Some(uid) = instance.metadata.uid.clone() else {
+                let Some(uid) = instance.metadata.uid.as_deref().map(uid_key) else {
                     return true;
                 };
                 let digest = digest(instance);
@@ -30,8 +32,8 @@ impl InstanceViews {
                 matches!(event, watcher::Event::Apply(_)) && before != Some(digest)
             }
             watcher::Event::Delete(instance) => {
-                if let Some(uid) = &instance.metadata.uid {
-                    views.remove(uid);
+                if let Some(uid) = instance.metadata.uid.as_deref().map(uid_key) {
+                    views.remove(&uid);
                 }
                 true
             }
@@ -40,7 +42,20 @@ impl InstanceViews {
     }
 }
 
-/// A digest of what a binding reads of its instance.
+/// Whether `instance` is on its way to Ready, as far as a binding waiting for it can tell: it
+/// has not said anything yet (its controller has not reached it), or it says it is being
+/// provisioned. Its own status tells the user how that goes; a binding waiting for it need not.
+pub(crate) fn on_its_way(instance: &ServiceInstance) -> bool {
+    instance.status.as_ref().is_none_or(|s| {
+        s.async_op_in_progress
+            || s.last_condition_state == "Provisioning"
+            || !s.conditions.iter().any(|c| c.type_ == "Ready")
+    })
+}
+
+/// A digest of what a binding reads of its instance. Until the instance is Ready a binding only
+/// waits, and reads whether the instance goes, failed, or is on its way; once it is Ready, the
+/// binding binds with its ids and plan, and an operation of the instance concerns it.
 fn digest(instance: &ServiceInstance) -> u64 {
     let status = instance.status.clone().unwrap_or_default();
     let condition = |type_: &str| {
@@ -48,15 +63,18 @@ fn digest(instance: &ServiceInstance) -> u64 {
             .find(|c| c.type_ == type_)
             .map(|c| c.status == ConditionStatus::True)
     };
-    let external = status.external_properties.as_ref();
+    let deleting = instance.metadata.deletion_timestamp.is_some();
+    let (ready, failed) = (condition("Ready") == Some(true), condition("Failed"));
     let mut hasher = DefaultHasher::new();
+    (deleting, ready, failed).hash(&mut hasher);
+    if !ready {
+        on_its_way(instance).hash(&mut hasher);
+        return hasher.finish();
+    }
+    let external = status.external_properties.as_ref();
     (
-        instance.metadata.deletion_timestamp.is_some(),
         instance.metadata.generation,
-        condition("Ready"),
-        condition("Failed"),
         status.async_op_in_progress,
-        status.last_condition_state == "Provisioning",
         &status.external_id,
         &status.service_class_external_id,
         external.and_then(|p| p.cluster_service_plan_external_id.as_ref()),
@@ -107,5 +125,32 @@ mod tests {
         let listed = watcher::Event::InitApply(instance(true, "ready"));
         assert!(!views.concerns_bindings(&listed));
         assert!(!apply(instance(true, "ready again")));
+    }
+
+    #[test]
+    fn an_instance_on_its_way_concerns_its_bindings_once_it_is_ready_or_stops() {
+        let views = InstanceViews::default();
+        let apply = |i: ServiceInstance| views.concerns_bindings(&watcher::Event::Apply(i));
+        let mut unsaid = instance(false, "");
+        unsaid.status = None;
+        assert!(apply(unsaid), "a new instance");
+        // Its ids recorded before the provision, then the operation it started.
+        let mut provisioning = instance(false, "The instance is being provisioned");
+        let status = provisioning.status.as_mut().unwrap();
+        status.external_id = Some("id".into());
+        status.last_condition_state = "Provisioning".into();
+        assert!(!apply(provisioning.clone()), "the ids recorded");
+        provisioning.status.as_mut().unwrap().async_op_in_progress = true;
+        assert!(!apply(provisioning.clone()), "the operation started");
+        // Waiting for something else: a binding may say so.
+        let mut stuck = instance(false, "the parameters name a Secret that does not exist");
+        stuck.status.as_mut().unwrap().last_condition_state = "ErrorWithParameters".into();
+        assert!(apply(stuck), "no longer on its way");
+        assert!(apply(provisioning), "on its way again");
+        let mut ready = instance(true, "ready");
+        ready.status.as_mut().unwrap().external_id = Some("id".into());
+        assert!(apply(ready.clone()), "Ready");
+        ready.status.as_mut().unwrap().async_op_in_progress = true;
+        assert!(apply(ready), "an update of a Ready instance");
     }
 }

@@ -68,11 +68,12 @@ use std::sync::Arc;
 
 use futures::{FutureExt as _, StreamExt as _};
 use kube::Api;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
 use broker_kind::BrokerKind;
 pub use context::{Context, DEFAULT_CONCURRENCY, DEFAULT_WAIT_TIMEOUT};
-use resources::{ClusterServiceBroker, ServiceBroker};
+use resources::{ClusterServiceBroker, ServiceBinding, ServiceBroker};
 pub use scope::Scope;
 pub use status::Written;
 
@@ -139,7 +140,7 @@ fn instance_controller(
     ctx.followed_controller(&store, changes)
         .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
-            move |_, secret| ctx.caches.instances_of_secret(&secret)
+            move |_, change| ctx.caches.instances_of_secret(&change.secret)
         }))
         .reconcile_on(cache::waking(store.clone(), ctx.caches.plan_changes(), {
             let ctx = ctx.clone();
@@ -165,23 +166,42 @@ fn instance_controller(
         })
 }
 
-/// The binding controller: woken by its bindings' changes, by a Secret they own or read
-/// (`parametersFrom`, `addKeysFrom`), and by their instance's changes that concern them (one
-/// that becomes Ready, fails, or goes: [`cache::InstanceChange::concerns_bindings`]).
+/// The binding controller: woken by its bindings' changes, by a Secret they read
+/// (`parametersFrom`, `addKeysFrom`) or own and that was deleted, and by their instance's
+/// changes that concern them (one that becomes Ready, fails, or goes:
+/// [`cache::InstanceChange::concerns_bindings`]). Where changes may have been missed (a relist,
+/// the controller's start), a binding that only waits for its instance is left to that
+/// instance's next change ([`binding::waits_for_its_instance`]).
 fn binding_controller(
     ctx: &Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.bindings.clone();
-    let changes = cache::waking(store.clone(), ctx.caches.binding_changes(), |_, c| {
-        cache::unless_own(&c.binding, c.own_write)
-    });
+    let missed = |ctx: &Arc<Context>| {
+        let ctx = ctx.clone();
+        move |bindings: &Store<ServiceBinding>| {
+            cache::woken(bindings, |b| {
+                !binding::waits_for_its_instance(b, &ctx.caches)
+            })
+        }
+    };
+    let changes = cache::waking_or(
+        store.clone(),
+        ctx.caches.binding_changes(),
+        |_, c| cache::unless_own(&c.binding, c.own_write),
+        missed(ctx),
+    );
     ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
-            let ctx = ctx.clone();
-            move |_, secret| ctx.caches.bindings_of_secret(&secret)
-        }))
-        .reconcile_on(cache::waking(
+        .reconcile_on(cache::waking_or(
+            store.clone(),
+            ctx.caches.secret_changes(),
+            {
+                let ctx = ctx.clone();
+                move |_, change| ctx.caches.bindings_of_secret(&change)
+            },
+            missed(ctx),
+        ))
+        .reconcile_on(cache::waking_or(
             store.clone(),
             ctx.caches.instance_changes(),
             {
@@ -191,6 +211,7 @@ fn binding_controller(
                     false => Vec::new(),
                 }
             },
+            missed(ctx),
         ))
         .graceful_shutdown_on(shutdown)
         .run(binding::reconcile, binding::error_policy, ctx.clone())

@@ -62,7 +62,7 @@ pub struct Written(Mutex<Table>);
 
 #[derive(Debug, Default)]
 struct Table {
-    objects: HashMap<String, Versions>,
+    objects: HashMap<u128, Versions>,
     swept: Option<Instant>,
 }
 
@@ -70,19 +70,19 @@ struct Table {
 #[derive(Debug)]
 struct Versions {
     /// The version of this process's last write.
-    last: String,
+    last: u64,
     /// When it was written.
     written_at: Instant,
     /// Versions older than `last`: earlier writes and the versions they were written over.
     /// Newest last.
-    older: VecDeque<String>,
+    older: VecDeque<u64>,
     /// Versions the watch delivered while `last` was on its way: older than `last`, as long as
     /// the watch goes on to deliver it (see [`AWAITED_FOR`]).
-    delivered_before: VecDeque<String>,
+    delivered_before: VecDeque<u64>,
     /// Whether the watch delivered `last`.
     delivered: bool,
     /// The version the watch delivered last.
-    seen: String,
+    seen: Option<u64>,
     /// When the object went with one of these writes (its last finalizer removed): every
     /// version of it the cache still holds is stale, until the entry is forgotten.
     gone: Option<Instant>,
@@ -126,34 +126,35 @@ impl Written {
         let now = Instant::now();
         let gone =
             meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
-        let unchanged = before.meta().resource_version.as_ref() == Some(version);
-        let Some(entry) = table.objects.get_mut(uid) else {
+        let before = version_of(before.meta());
+        let unchanged = before == Some(version);
+        let Some(entry) = table.objects.get_mut(&uid) else {
             if unchanged && !gone {
                 // The server changed nothing (and sends no event).
                 return;
             }
-            let mut entry = Versions::new(version.clone(), now);
-            entry.push_older(before.meta().resource_version.clone());
+            let mut entry = Versions::new(version, now);
+            entry.push_older(before);
             entry.gone = gone.then_some(now);
-            table.objects.insert(uid.clone(), entry);
+            table.objects.insert(uid, entry);
             return;
         };
         if gone {
             entry.gone = Some(now);
             return;
         }
-        if entry.last == *version || unchanged {
+        if entry.last == version || unchanged {
             // The server changed nothing (and sends no event): what was delivered still is.
             return;
         }
-        let previous = std::mem::replace(&mut entry.last, version.clone());
-        for older in [Some(previous), before.meta().resource_version.clone()] {
+        let previous = std::mem::replace(&mut entry.last, version);
+        for older in [Some(previous), before] {
             entry.push_older(older);
         }
         entry.written_at = now;
         entry.delivered_before.clear();
         // A write the server made nothing of answers the version the watch may have brought.
-        entry.delivered = entry.seen == *version;
+        entry.delivered = entry.seen == Some(version);
     }
 
     /// Takes note of what a controller's watch delivered, after its cache stored it.
@@ -165,29 +166,29 @@ impl Written {
                     return;
                 };
                 let mut table = self.0.lock().expect("lock");
-                let Some(entry) = table.objects.get_mut(uid) else {
+                let Some(entry) = table.objects.get_mut(&uid) else {
                     return;
                 };
-                entry.seen.clone_from(version);
+                entry.seen = Some(version);
                 if entry.gone.is_some() || entry.delivered {
                     return;
                 }
-                if *version == entry.last {
+                if version == entry.last {
                     entry.delivered = true;
-                } else if !entry.older.contains(version)
-                    && !entry.delivered_before.contains(version)
+                } else if !entry.older.contains(&version)
+                    && !entry.delivered_before.contains(&version)
                 {
                     if entry.delivered_before.len() == REMEMBERED {
                         entry.delivered_before.pop_front();
                     }
-                    entry.delivered_before.push_back(version.clone());
+                    entry.delivered_before.push_back(version);
                 }
             }
             // Not forgotten yet: a reconcile may hold a version it took from the cache before
             // the deletion came, which must still read as stale.
             watcher::Event::Delete(object) => {
-                if let Some(uid) = &object.meta().uid
-                    && let Some(entry) = self.0.lock().expect("lock").objects.get_mut(uid)
+                if let Some(uid) = object.meta().uid.as_deref().map(uid_key)
+                    && let Some(entry) = self.0.lock().expect("lock").objects.get_mut(&uid)
                 {
                     entry.gone.get_or_insert_with(Instant::now);
                 }
@@ -198,8 +199,8 @@ impl Written {
                 let Some((uid, version)) = uid_and_version(meta) else {
                     return;
                 };
-                if let Some(entry) = self.0.lock().expect("lock").objects.get_mut(uid)
-                    && entry.last == *version
+                if let Some(entry) = self.0.lock().expect("lock").objects.get_mut(&uid)
+                    && entry.last == version
                 {
                     entry.delivered = true;
                 }
@@ -218,8 +219,28 @@ impl Written {
             .lock()
             .expect("lock")
             .objects
-            .get(uid)
-            .is_some_and(|entry| entry.gone.is_none() && entry.last == *version)
+            .get(&uid)
+            .is_some_and(|entry| entry.gone.is_none() && entry.last == version)
+    }
+
+    /// Whether `object` is a version this process had before the watch delivered it: one of
+    /// its own writes of it (the last or an earlier one), or a version it wrote over (a
+    /// reconcile read it, then wrote). Delivered back, such a version tells the object's own
+    /// controller nothing new: the reconcile that wrote chose what comes next. Another writer's
+    /// version is one this process never had, and is not one of these.
+    pub fn is_own<K: Resource>(&self, object: &K) -> bool {
+        let meta = object.meta();
+        let Some((uid, version)) = uid_and_version(meta) else {
+            return false;
+        };
+        self.0
+            .lock()
+            .expect("lock")
+            .objects
+            .get(&uid)
+            .is_some_and(|entry| {
+                entry.gone.is_none() && (entry.last == version || entry.older.contains(&version))
+            })
     }
 
     /// What is known of `object`'s version.
@@ -228,15 +249,15 @@ impl Written {
         let Some((uid, version)) = uid_and_version(meta) else {
             return Freshness::Unknown;
         };
-        match self.0.lock().expect("lock").objects.get(uid) {
+        match self.0.lock().expect("lock").objects.get(&uid) {
             None => Freshness::Current,
             Some(entry) if entry.gone.is_some() => Freshness::Stale,
-            Some(entry) if entry.last == *version => Freshness::Current,
-            Some(entry) if entry.older.contains(version) => Freshness::Stale,
+            Some(entry) if entry.last == version => Freshness::Current,
+            Some(entry) if entry.older.contains(&version) => Freshness::Stale,
             // Delivered before the last write: surely older once that came, and taken to be
             // while it is expected.
             Some(entry)
-                if entry.delivered_before.contains(version)
+                if entry.delivered_before.contains(&version)
                     && (entry.delivered || entry.written_at.elapsed() < AWAITED_FOR) =>
             {
                 Freshness::Stale
@@ -264,21 +285,21 @@ impl Table {
 }
 
 impl Versions {
-    fn new(last: String, now: Instant) -> Self {
+    fn new(last: u64, now: Instant) -> Self {
         Self {
             last,
             written_at: now,
             older: VecDeque::new(),
             delivered_before: VecDeque::new(),
             delivered: false,
-            seen: String::new(),
+            seen: None,
             gone: None,
         }
     }
 
-    fn push_older(&mut self, version: Option<String>) {
+    fn push_older(&mut self, version: Option<u64>) {
         let Some(version) = version else { return };
-        if version.is_empty() || version == self.last || self.older.contains(&version) {
+        if version == self.last || self.older.contains(&version) {
             return;
         }
         if self.older.len() == REMEMBERED {
@@ -288,9 +309,31 @@ impl Versions {
     }
 }
 
-/// An object's uid and version, which every object the API server serves has.
-fn uid_and_version(meta: &ObjectMeta) -> Option<(&String, &String)> {
-    meta.uid.as_ref().zip(meta.resource_version.as_ref())
+/// An object's uid and version, which every object the API server serves has, as numbers: the
+/// table keeps them for every object a controller wrote in the last minutes (thousands), and
+/// only ever compares them for equality.
+fn uid_and_version(meta: &ObjectMeta) -> Option<(u128, u64)> {
+    Some((uid_key(meta.uid.as_deref()?), version_of(meta)?))
+}
+
+/// A uid as the number its UUID is (the API server's uids are UUIDs); any other string by a
+/// 64-bit hash, which no UUID's number equals (a UUID's version bits are in its upper half).
+/// Tables kept for every object key by it rather than by the string.
+pub(crate) fn uid_key(uid: &str) -> u128 {
+    uuid::Uuid::parse_str(uid).map_or_else(|_| u128::from(digest(uid)), |u| u.as_u128())
+}
+
+/// A `resourceVersion` as a number: the API server's are decimal integers; any other by a
+/// 64-bit hash. `None` when the object has none.
+fn version_of(meta: &ObjectMeta) -> Option<u64> {
+    let version = meta.resource_version.as_deref().filter(|v| !v.is_empty())?;
+    Some(version.parse().unwrap_or_else(|_| digest(version)))
+}
+
+fn digest(text: &str) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(text, &mut hasher);
+    std::hash::Hasher::finish(&hasher)
 }
 
 /// How long an operation's start may stay unwritten: one that ends sooner costs no status
@@ -305,11 +348,11 @@ const HELD_FOR: Duration = Duration::from_secs(60);
 /// nothing else: the recorded ids and `deprovisionStatus` are written before the broker is
 /// called, and the broker answers the identical request made again with the same operation.
 #[derive(Debug)]
-pub struct Held<S>(Mutex<HashMap<String, Hold<S>>>);
+pub struct Held<S>(Mutex<HashMap<u128, Hold<S>>>);
 
 #[derive(Debug)]
 struct Hold<S> {
-    version: String,
+    version: u64,
     status: S,
     at: Instant,
 }
@@ -357,9 +400,9 @@ impl<S: Clone + PartialEq> Held<S> {
         let now = Instant::now();
         held.retain(|_, h| now.duration_since(h.at) < HELD_FOR);
         held.insert(
-            uid.clone(),
+            uid,
             Hold {
-                version: version.clone(),
+                version,
                 status,
                 at: now,
             },
@@ -370,14 +413,13 @@ impl<S: Clone + PartialEq> Held<S> {
     /// knows whether `object` is this process's own last write of it (made in the reconcile
     /// that held the status, e.g. the ids recorded before the broker call).
     pub fn take<K: Resource>(&self, object: &K, written: &Written) -> Option<Taken<S>> {
-        let uid = object.meta().uid.as_ref()?;
-        let hold = self.0.lock().expect("lock").remove(uid)?;
+        let uid = uid_key(object.meta().uid.as_deref()?);
+        let hold = self.0.lock().expect("lock").remove(&uid)?;
         if hold.at.elapsed() >= HELD_FOR {
             return None;
         }
-        let version = object.meta().resource_version.as_ref();
         Some(
-            if version == Some(&hold.version) || written.is_last(object) {
+            if version_of(object.meta()) == Some(hold.version) || written.is_last(object) {
                 Taken::Unchanged(hold.status)
             } else {
                 Taken::Changed(hold.status)
@@ -455,6 +497,25 @@ mod tests {
         );
         assert_eq!(written.freshness(&version("0", false)), Freshness::Unknown);
         assert_eq!(written.freshness(&version("4", false)), Freshness::Unknown);
+    }
+
+    #[test]
+    fn own_versions_are_the_writes_and_what_they_were_written_over_never_another_writers() {
+        let written = Written::default();
+        assert!(!written.is_own(&version("1", false)), "nothing written");
+        written.record(&version("1", false), &version("3", false));
+        written.record(&version("3", false), &version("4", false));
+        for own in ["1", "3", "4"] {
+            assert!(written.is_own(&version(own, false)), "version {own}");
+        }
+        assert!(written.is_last(&version("4", false)));
+        assert!(!written.is_last(&version("3", false)));
+        // Someone else's change, written between this process's reading and its write.
+        assert!(!written.is_own(&version("2", false)));
+        assert!(!written.is_own(&version("5", false)));
+        // Once the object went with a write, no version of it is handed back as nothing new.
+        written.record(&version("4", false), &version("6", true));
+        assert!(!written.is_own(&version("4", false)));
     }
 
     #[test]

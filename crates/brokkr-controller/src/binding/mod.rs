@@ -54,6 +54,7 @@ use crate::resources::{ConditionStatus, ServiceBinding, UnbindStatus};
 use crate::{finalizer, identity, status};
 pub use rotate::{DEFAULT_GRACE_PERIOD, ROTATE_ANNOTATION};
 use state::{FINALIZER, RECHECK, Reconcile, WAITING_RESYNC};
+pub use wait::waits_for_its_instance;
 
 /// Reconciles one ServiceBinding.
 pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Result<Action, Error> {

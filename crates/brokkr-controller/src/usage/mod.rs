@@ -17,13 +17,11 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 
-use crate::cache::{self, BindingChange, Seen};
+use crate::cache::{self, BindingChange, SecretChange, Seen};
 use crate::context::Context;
 use crate::finalizer;
 use crate::resources::{ServiceBindingUsage, UsageKind};
@@ -81,7 +79,7 @@ pub fn run(
 async fn following(
     ctx: Arc<Context>,
     bindings: impl futures::Stream<Item = Seen<Arc<BindingChange>>> + Send + 'static,
-    secrets: impl futures::Stream<Item = Seen<Arc<PartialObjectMeta<Secret>>>> + Send + 'static,
+    secrets: impl futures::Stream<Item = Seen<Arc<SecretChange>>> + Send + 'static,
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let client = &ctx.client.clone();
@@ -98,7 +96,8 @@ async fn following(
                 u.metadata.namespace == *namespace && u.spec.service_binding_ref.name == *name
             })
         }))
-        .reconcile_on(cache::waking(usages.clone(), secrets, |usages, secret| {
+        .reconcile_on(cache::waking(usages.clone(), secrets, |usages, change| {
+            let secret = &change.secret;
             let namespace = secret.namespace();
             let owners: Vec<String> = secret
                 .owner_references()
