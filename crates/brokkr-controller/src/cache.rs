@@ -124,8 +124,8 @@ pub struct BindingChange {
     pub binding: ObjectRef<ServiceBinding>,
     /// The instance it names.
     pub instance: ObjectRef<ServiceInstance>,
-    /// Whether it is being deleted, or is gone.
-    pub going: bool,
+    /// Whether it is gone (deleted): what may unblock its instance's deletion.
+    pub gone: bool,
     /// Whether this is a version of it this process wrote, delivered back by the watch (see
     /// [`InstanceChange::own_write`]).
     pub own_write: bool,
@@ -435,7 +435,7 @@ impl Caches {
                     broadcast(&bindings, event, |b: ServiceBinding, deleted| {
                         BindingChange {
                             own_write: !deleted && bindings_written.is_own(&b),
-                            going: deleted || b.metadata.deletion_timestamp.is_some(),
+                            gone: deleted,
                             instance: ObjectRef::new(crate::identity::bound_instance_name(&b))
                                 .within(b.metadata.namespace.as_deref().unwrap_or_default()),
                             binding: ObjectRef::from_obj(&b),
@@ -540,18 +540,22 @@ impl Caches {
 
     /// The ServiceBindings a change to a Secret concerns: those that read it (`parametersFrom`,
     /// `addKeysFrom`), and, when it was deleted, the one whose credentials it held (its
-    /// controller), which restores it. The binding writes its Secret itself and does not read
+    /// controller), which restores it unless it is being deleted itself. The binding writes its Secret itself and does not read
     /// it back, so its other changes (its creation by that binding, first of all) are no news
     /// to it.
     pub fn bindings_of_secret(&self, change: &SecretChange) -> Vec<ObjectRef<ServiceBinding>> {
         let secret = &change.secret;
         let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
         let name = secret.metadata.name.as_deref().unwrap_or_default();
+        // A binding being deleted deletes its Secrets itself.
         let owners = (secret.owner_references().iter())
             .filter(|o| {
                 change.gone && o.controller == Some(true) && o.kind == ServiceBinding::kind(&())
             })
-            .map(|o| ObjectRef::new(&o.name).within(namespace));
+            .map(|o| ObjectRef::new(&o.name).within(namespace))
+            .filter(|owner| {
+                (self.bindings.get(owner)).is_some_and(|b| b.metadata.deletion_timestamp.is_none())
+            });
         let mut bindings: Vec<_> = owners
             .chain(self.bindings_by_secret.get(namespace, name))
             .collect();

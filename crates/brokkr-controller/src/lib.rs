@@ -126,7 +126,7 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()> + Send + 'stat
 }
 
 /// The instance controller: woken by its instances' changes, by a Secret that `parametersFrom`
-/// names (it may change the parameters), by a ServiceBinding that goes (it may unblock its
+/// names (it may change the parameters), by a ServiceBinding that is gone (it may unblock its
 /// instance's deletion; the bindings' other changes do not concern the instance), and by a
 /// change to the plan of a provisioned instance (it may offer another maintenance version).
 fn instance_controller(
@@ -149,12 +149,9 @@ fn instance_controller(
         .reconcile_on(cache::waking(
             store.clone(),
             ctx.caches.binding_changes(),
-            |_, binding| {
-                if binding.going {
-                    vec![binding.instance.clone()]
-                } else {
-                    Vec::new()
-                }
+            |_, binding| match binding.gone {
+                true => vec![binding.instance.clone()],
+                false => Vec::new(),
             },
         ))
         .graceful_shutdown_on(shutdown)

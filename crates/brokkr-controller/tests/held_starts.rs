@@ -6,39 +6,17 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use axum::http::StatusCode;
 use brokkr_controller::resources::{ServiceBinding, ServiceInstance};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use support::{API, Broker, Cluster};
 
-/// Provisions, binds, deprovisions and unbinds are accepted (202) and their polls answer
-/// `in progress` while `busy` holds, `succeeded` after.
-async fn asynchronous_broker(busy: Arc<Mutex<bool>>) -> Broker {
-    Broker::start(move |seen| {
-        let state = if *busy.lock().unwrap() {
-            "in progress"
-        } else {
-            "succeeded"
-        };
-        match seen.verb() {
-            "PUT" | "BIND" | "DELETE" | "UNBIND" => {
-                (StatusCode::ACCEPTED, json!({"operation": "op-1"}))
-            }
-            "POLL" | "BINDING_POLL" => (StatusCode::OK, json!({"state": state})),
-            "FETCH_BINDING" => (StatusCode::OK, json!({"credentials": {"password": "p"}})),
-            _ => (StatusCode::OK, json!({})),
-        }
-    })
-    .await
-}
-
 /// A broker whose operations are in progress until the flag is cleared, the controllers, and an
 /// instance `db` whose provision the controller has polled once.
 async fn provision_in_progress() -> (Arc<Mutex<bool>>, Broker, Cluster) {
     let busy = Arc::new(Mutex::new(true));
-    let broker = asynchronous_broker(busy.clone()).await;
+    let broker = support::asynchronous_broker(busy.clone()).await;
     let cluster = Cluster::start(&broker).await;
     cluster.create_instance("default", "db", json!({}));
     cluster
@@ -47,17 +25,6 @@ async fn provision_in_progress() -> (Arc<Mutex<bool>>, Broker, Cluster) {
         })
         .await;
     (busy, broker, cluster)
-}
-
-/// The status writes of `kind` (`serviceinstances`, `servicebindings`) served so far.
-fn status_writes(cluster: &Cluster, kind: &str) -> usize {
-    cluster
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.starts_with("PATCH") && r.contains(&format!("/{kind}/")))
-        .filter(|r| r.contains("/status"))
-        .count()
 }
 
 #[tokio::test]
@@ -73,7 +40,7 @@ async fn a_short_operation_writes_its_end_and_not_its_start() {
     let ready = cluster.ready("default", "db").await;
     assert_eq!(ready["status"]["asyncOpInProgress"], false);
     assert_eq!(
-        status_writes(&cluster, "serviceinstances"),
+        cluster.status_writes("serviceinstances"),
         2,
         "the ids recorded, then Ready"
     );
@@ -122,7 +89,7 @@ async fn a_controller_that_dies_holding_a_start_repeats_the_identical_request_on
     assert_eq!(puts[0], puts[1], "the identical request");
     bind_app(&cluster).await;
     assert_eq!(
-        status_writes(&cluster, "servicebindings"),
+        cluster.status_writes("servicebindings"),
         2,
         "the binding's ids recorded, then Ready"
     );
@@ -148,7 +115,7 @@ async fn bind_app(cluster: &Cluster) {
 /// controllers, and a ServiceBinding `app` of an instance `db`, both Ready.
 async fn bound() -> (Arc<Mutex<bool>>, Broker, Cluster) {
     let busy = Arc::new(Mutex::new(false));
-    let broker = asynchronous_broker(busy.clone()).await;
+    let broker = support::asynchronous_broker(busy.clone()).await;
     let cluster = Cluster::start(&broker).await;
     cluster.create_instance("default", "db", json!({}));
     cluster.ready("default", "db").await;
@@ -186,13 +153,13 @@ async fn binding_gone(cluster: &Cluster) {
 #[tokio::test]
 async fn a_short_unbind_writes_neither_its_start_nor_its_end() {
     let (busy, broker, cluster) = bound().await;
-    let before = status_writes(&cluster, "servicebindings");
+    let before = cluster.status_writes("servicebindings");
     unbind_in_progress(&busy, &broker, &cluster).await;
     *busy.lock().unwrap() = false;
     binding_gone(&cluster).await;
     assert_eq!(broker.seen_verb("UNBIND").len(), 1);
     assert_eq!(
-        status_writes(&cluster, "servicebindings") - before,
+        cluster.status_writes("servicebindings") - before,
         0,
         "the binding goes with its finalizer: neither the start nor the end is written"
     );

@@ -257,7 +257,8 @@ impl Reconcile<'_> {
         );
         // A success the user asked for is said by the condition alone: no Event.
         self.write_status().await?;
-        Ok(Action::await_change())
+        // Nothing else wakes the binding for its renewal: its own writes do not.
+        Ok(self.next_wakeup())
     }
 
     /// The Secrets `addKeysFrom` transforms copy from that exist, by name, with their data.

@@ -119,23 +119,23 @@ impl Reconcile<'_> {
             .then(|| format!("the broker asks for renewal from {}", due.0))
     }
 
-    /// When to look at the binding again: when its predecessor is to be unbound or its
-    /// credentials are due for renewal.
+    /// When to look at the binding again: when its predecessor is to be unbound (at once, when
+    /// its grace period is already over: nothing else wakes the binding for it) or its
+    /// credentials are due for renewal (a renewal already due was refused, and waits for a
+    /// change).
     pub(super) fn next_wakeup(&self) -> Action {
         let now = Timestamp::now();
-        [
-            self.status
-                .previous_binding
-                .as_ref()
-                .and_then(|p| p.unbind_after.as_ref()),
-            self.status.next_rotation_time.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|t| t.0)
-        .filter(|t| *t > now)
-        .min()
-        .map_or_else(Action::await_change, |t| Action::requeue(until(t)))
+        let retire = (self.status.previous_binding.as_ref())
+            .and_then(|p| p.unbind_after.as_ref())
+            .map(|t| t.0);
+        let renew = (self.status.next_rotation_time.as_ref())
+            .map(|t| t.0)
+            .filter(|t| *t > now);
+        [retire, renew]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or_else(Action::await_change, |t| Action::requeue(until(t)))
     }
 
     /// The instance the binding is bound to and its broker; `None`, with the condition saying

@@ -3,9 +3,12 @@
 //! releases it without any broker call. The deprovision calls of an orphan mitigation are made
 //! here too.
 
+use std::time::Duration;
+
 use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};
 
 use super::outcome::deprovisioned;
@@ -100,6 +103,10 @@ pub(super) async fn deprovision(
     }
 }
 
+/// How often an instance whose deletion waits for its bindings looks at them again, though the
+/// last of them going wakes it.
+const BINDINGS_RECHECK: Duration = Duration::from_secs(60);
+
 /// ServiceBindings that name the instance block its deletion; with the cascade-delete annotation
 /// they are deleted, and the instance waits for them to go.
 pub(super) async fn bindings_in_the_way(
@@ -114,13 +121,10 @@ pub(super) async fn bindings_in_the_way(
     // API server asked, so that a binding just created is not missed. In a namespace being
     // deleted nothing can be created and every binding is being deleted: the cache's answer
     // stands (a binding it has not seen yet was never bound).
-    let cached: Vec<ServiceBinding> = ctx
-        .caches
-        .bindings
-        .state()
+    let cached: Vec<ServiceBinding> = (ctx.caches)
+        .bindings_of_instance(&ObjectRef::new(&name).within(&ns))
         .iter()
-        .filter(|b| b.namespace().as_deref() == Some(&ns))
-        .filter(|b| crate::identity::bound_instance_name(b) == name)
+        .filter_map(|b| ctx.caches.bindings.get(b))
         .map(|b| b.as_ref().clone())
         .collect();
     let bindings = if cached.is_empty() && !ctx.caches.terminating(&ns) {
@@ -167,7 +171,8 @@ pub(super) async fn bindings_in_the_way(
         // In a namespace being deleted nobody reads it, and the bindings go by themselves.
         write_status(instance, ctx, status).await?;
     }
-    Ok(Some(Action::requeue(RECHECK)))
+    // Each binding that is gone wakes the instance; this is a safety net.
+    Ok(Some(Action::requeue(BINDINGS_RECHECK)))
 }
 
 /// The instance is being deleted and its class, plan or broker cannot be had (e.g. the broker

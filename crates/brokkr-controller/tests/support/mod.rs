@@ -137,6 +137,27 @@ fn originating_user(header: &str) -> String {
     user["username"].as_str().unwrap().to_owned()
 }
 
+/// A broker whose provisions, binds, deprovisions and unbinds are accepted (202) and whose polls
+/// answer `in progress` while `busy` holds, `succeeded` after.
+pub async fn asynchronous_broker(busy: Arc<Mutex<bool>>) -> Broker {
+    Broker::start(move |seen| {
+        let state = if *busy.lock().unwrap() {
+            "in progress"
+        } else {
+            "succeeded"
+        };
+        match seen.verb() {
+            "PUT" | "BIND" | "DELETE" | "UNBIND" => {
+                (StatusCode::ACCEPTED, json!({"operation": "op-1"}))
+            }
+            "POLL" | "BINDING_POLL" => (StatusCode::OK, json!({"state": state})),
+            "FETCH_BINDING" => (StatusCode::OK, json!({"credentials": {"password": "p"}})),
+            _ => (StatusCode::OK, json!({})),
+        }
+    })
+    .await
+}
+
 /// The usual answers: provision 201, update 200, deprovision 200, polls succeeded.
 pub fn synchronous(seen: &Seen) -> (StatusCode, Value) {
     match seen.verb() {
@@ -218,9 +239,29 @@ impl Cluster {
 
     /// Stops the controllers, as a crash would, and starts new ones (with nothing remembered).
     pub async fn restart_controllers(&mut self) {
+        self.stop_controllers().await;
+        self.start_controllers();
+    }
+
+    /// Stops the controllers, as a crash would.
+    pub async fn stop_controllers(&mut self) {
         self.controllers.abort();
         let _ = (&mut self.controllers).await;
+    }
+
+    /// Starts new controllers (with nothing remembered) after [`Cluster::stop_controllers`].
+    pub fn start_controllers(&mut self) {
         self.controllers = Self::controllers(&self.fake, self.configure);
+    }
+
+    /// The status writes of `kind` (`serviceinstances`, `servicebindings`) served so far.
+    pub fn status_writes(&self, kind: &str) -> usize {
+        self.fake
+            .requests()
+            .iter()
+            .filter(|r| r.starts_with("PATCH") && r.contains(&format!("/{kind}/")))
+            .filter(|r| r.contains("/status"))
+            .count()
     }
 
     /// Polls `check` until it returns something, for up to 30 seconds.
