@@ -309,3 +309,57 @@ async fn a_parameter_given_twice_is_refused_until_the_secret_changes() {
         json!({"password": "plain", "user": "admin"})
     );
 }
+
+/// A spec change and a `parametersFrom` Secret's change that come while an operation runs are
+/// sent once it ends: the reconciles they woke only polled it.
+#[tokio::test]
+async fn changes_made_while_an_operation_runs_are_sent_when_it_ends() {
+    let busy = std::sync::Arc::new(std::sync::Mutex::new(true));
+    let broker = support::asynchronous_broker(busy.clone()).await;
+    let cluster = Cluster::start(&broker).await;
+    cluster
+        .fake
+        .create(secret("db-params", "p", r#"{"password": "hunter2"}"#));
+    cluster.create_instance(
+        "default",
+        "db",
+        json!({"parametersFrom": [{"secretKeyRef": {"name": "db-params", "key": "p"}}]}),
+    );
+    cluster
+        .eventually("the provision polled", || {
+            (!broker.seen_verb("POLL").is_empty()).then_some(())
+        })
+        .await;
+    let polled = broker.seen_verb("POLL").len();
+    cluster.edit(API, "ServiceInstance", Some("default"), "db", |i| {
+        i["spec"]["parameters"] = json!({"size": 2});
+    });
+    cluster
+        .fake
+        .create(secret("db-params", "p", r#"{"password": "hunter3"}"#));
+    // The provision is polled again while it runs; then it ends.
+    cluster
+        .eventually("a poll after the changes", || {
+            (broker.seen_verb("POLL").len() > polled).then_some(())
+        })
+        .await;
+    *busy.lock().unwrap() = false;
+    cluster
+        .eventually("the changes sent in an update", || {
+            let patch = broker.seen_verb("PATCH").pop()?;
+            (patch.body["parameters"] == json!({"size": 2, "password": "hunter3"})).then_some(())
+        })
+        .await;
+    let instance = cluster
+        .eventually("the update's end", || {
+            let i = cluster.instance("default", "db")?;
+            (i["status"]["reconciledGeneration"] == 2 && i["status"]["asyncOpInProgress"] == false)
+                .then_some(i)
+        })
+        .await;
+    assert_eq!(
+        condition(&instance, "Ready").unwrap()["status"],
+        "True",
+        "{instance:#}"
+    );
+}

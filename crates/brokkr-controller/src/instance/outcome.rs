@@ -21,6 +21,25 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// How long after a successful orphan mitigation the provision is tried again.
 pub(super) const RETRY_AFTER_MITIGATION: Duration = Duration::from_secs(5);
 
+/// What follows an operation that ended: `then`, unless something may have come while it ran
+/// that is still to be acted on — its spec changed (a generation newer than the one the
+/// operation was started for), or
+/// its parameters come from Secrets, which may have changed meanwhile. A change that came while
+/// the operation ran woke a reconcile that only polled, and the write that ends the operation
+/// does not wake the instance again (its own write): so it looks again once the cache has that
+/// write.
+pub(super) fn after_operation(
+    instance: &ServiceInstance,
+    status: &ServiceInstanceStatus,
+    then: Action,
+) -> Action {
+    let generation = instance.metadata.generation.unwrap_or_default();
+    if generation > status.observed_generation || !instance.spec.parameters_from.is_empty() {
+        return Action::requeue(crate::status::STALE_RETRY);
+    }
+    then
+}
+
 pub(super) async fn provisioned(
     instance: &ServiceInstance,
     ctx: &Context,
@@ -42,7 +61,7 @@ pub(super) async fn provisioned(
     );
     // A success the user asked for is said by the condition alone: no Event.
     write_status(instance, ctx, &status).await?;
-    Ok(Action::await_change())
+    Ok(after_operation(instance, &status, Action::await_change()))
 }
 
 /// Deprovision calls follow until one succeeds ([`super::delete::deprovision`]); then the
@@ -159,12 +178,13 @@ pub(super) async fn updated(
     );
     let due = upgrade::mark(instance, &mut status, plan, Timestamp::now());
     write_status(instance, ctx, &status).await?;
-    Ok(match due {
+    let then = match due {
         Due::No => Action::await_change(),
         Due::Later(wait) => Action::requeue(wait),
         // The plan moved on again meanwhile: the next reconcile upgrades.
         Due::Now(_) => Action::requeue(Duration::from_secs(1)),
-    })
+    };
+    Ok(after_operation(instance, &status, then))
 }
 
 /// Ends an update as failed: the instance keeps its plan and parameters and stays usable.

@@ -7,7 +7,9 @@ use brokkr_osb::client::{Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState};
 use kube::runtime::controller::Action;
 
-use super::outcome::{deprovisioned, provisioned, start_orphan_mitigation, update_failed, updated};
+use super::outcome::{
+    after_operation, deprovisioned, provisioned, start_orphan_mitigation, update_failed, updated,
+};
 use super::state::{RECHECK, end_operation, reason, set, write_status};
 use crate::context::Context;
 use crate::error::Error;
@@ -185,8 +187,9 @@ async fn ended_badly(
             Ok(Action::await_change())
         }
         ServiceInstanceOperation::Update => {
+            let ended = status.clone();
             update_failed(instance, ctx, status, reason::UPDATE_FAILED, message).await?;
-            Ok(Action::await_change())
+            Ok(after_operation(instance, &ended, Action::await_change()))
         }
         ServiceInstanceOperation::Deprovision => {
             let reason = format!("Deprovision{how}");
