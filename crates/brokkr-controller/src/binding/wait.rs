@@ -10,11 +10,11 @@ use crate::{identity, instance_views, platform};
 
 /// Whether `binding` has nothing to do until its instance changes: it has done nothing yet (no
 /// condition, no call made, not being deleted, a valid spec) and its instance, as cached, is on
-/// its way to Ready ([`instance_views::on_its_way`]; not Ready, not failed, not being deleted).
-/// Its reconcile would only wait quietly ([`Reconcile::quietly_waits_for`]), and the instance's
-/// next change that concerns it wakes it ([`crate::instance_views`]). So a relist, which may have
-/// hidden any change, need not wake it: at a controller's start, bindings created with their
-/// instances cost no reconcile until the instances are Ready.
+/// its way to Ready (it has said nothing yet, or says it is being provisioned; not Ready, not
+/// failed, not being deleted). Its reconcile would only wait quietly, and the instance's next
+/// change that concerns it wakes it (the caches' digest of what bindings read of an instance).
+/// So a relist, which may have hidden any change, need not wake it: at a controller's start,
+/// bindings created with their instances cost no reconcile until the instances are Ready.
 pub fn waits_for_its_instance(binding: &ServiceBinding, caches: &Caches) -> bool {
     let untouched = binding.metadata.deletion_timestamp.is_none()
         && binding.status.as_ref().is_none_or(|s| {
