@@ -49,6 +49,11 @@ pub fn set(
     }
 }
 
+/// Whether `conditions` hold the condition `type_` with status `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    (conditions.iter()).any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
+}
+
 /// Whether `condition` holds `message` as [`set`] writes it.
 pub fn says(condition: &Condition, message: &str) -> bool {
     condition.message == brokkr_osb::client::clipped(message, MAX_MESSAGE)

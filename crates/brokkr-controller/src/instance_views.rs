@@ -10,7 +10,8 @@ use std::sync::Mutex;
 
 use kube::runtime::watcher;
 
-use crate::resources::{ConditionStatus, ServiceInstance};
+use crate::conditions::is_true;
+use crate::resources::{ServiceInstance, ServiceInstanceStatus};
 use crate::status::uid_key;
 
 /// The digests, by instance uid ([`uid_key`]).
@@ -42,29 +43,30 @@ impl InstanceViews {
     }
 }
 
-/// Whether `instance` is on its way to Ready, as far as a binding waiting for it can tell: it
-/// has not said anything yet (its controller has not reached it), or it says it is being
-/// provisioned. Its own status tells the user how that goes; a binding waiting for it need not.
+/// Whether `instance` is on its way to Ready, as far as a binding waiting for it can tell: not
+/// Ready, not failed, not being deleted, and it has not said anything yet (its controller has
+/// not reached it) or says it is being provisioned. Its own status tells the user how that
+/// goes; a binding waiting for it need not.
 pub(crate) fn on_its_way(instance: &ServiceInstance) -> bool {
-    instance.status.as_ref().is_none_or(|s| {
-        s.async_op_in_progress
-            || s.last_condition_state == "Provisioning"
-            || !s.conditions.iter().any(|c| c.type_ == "Ready")
-    })
+    let none = ServiceInstanceStatus::default();
+    let status = instance.status.as_ref().unwrap_or(&none);
+    instance.metadata.deletion_timestamp.is_none()
+        && !is_true(&status.conditions, "Ready")
+        && !is_true(&status.conditions, "Failed")
+        && (status.async_op_in_progress
+            || status.last_condition_state == "Provisioning"
+            || !status.conditions.iter().any(|c| c.type_ == "Ready"))
 }
 
 /// A digest of what a binding reads of its instance. Until the instance is Ready a binding only
 /// waits, and reads whether the instance goes, failed, or is on its way; once it is Ready, the
 /// binding binds with its ids and plan, and an operation of the instance concerns it.
 fn digest(instance: &ServiceInstance) -> u64 {
-    let status = instance.status.clone().unwrap_or_default();
-    let condition = |type_: &str| {
-        (status.conditions.iter())
-            .find(|c| c.type_ == type_)
-            .map(|c| c.status == ConditionStatus::True)
-    };
+    let none = ServiceInstanceStatus::default();
+    let status = instance.status.as_ref().unwrap_or(&none);
     let deleting = instance.metadata.deletion_timestamp.is_some();
-    let (ready, failed) = (condition("Ready") == Some(true), condition("Failed"));
+    let ready = is_true(&status.conditions, "Ready");
+    let failed = is_true(&status.conditions, "Failed");
     let mut hasher = DefaultHasher::new();
     (deleting, ready, failed).hash(&mut hasher);
     if !ready {
@@ -88,7 +90,7 @@ fn digest(instance: &ServiceInstance) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::{Condition, ServiceInstanceStatus};
+    use crate::resources::{Condition, ConditionStatus};
 
     fn instance(ready: bool, message: &str) -> ServiceInstance {
         let mut i = ServiceInstance::new("db", Default::default());

@@ -211,16 +211,7 @@ impl Written {
 
     /// Whether `object` is the version of this process's last write of it.
     pub fn is_last<K: Resource>(&self, object: &K) -> bool {
-        let meta = object.meta();
-        let Some((uid, version)) = uid_and_version(meta) else {
-            return false;
-        };
-        self.0
-            .lock()
-            .expect("lock")
-            .objects
-            .get(&uid)
-            .is_some_and(|entry| entry.gone.is_none() && entry.last == version)
+        self.version_is(object, |entry, version| entry.last == version)
     }
 
     /// Whether `object` is a version this process had before the watch delivered it: one of
@@ -229,18 +220,19 @@ impl Written {
     /// controller nothing new: the reconcile that wrote chose what comes next. Another writer's
     /// version is one this process never had, and is not one of these.
     pub fn is_own<K: Resource>(&self, object: &K) -> bool {
-        let meta = object.meta();
-        let Some((uid, version)) = uid_and_version(meta) else {
+        self.version_is(object, |entry, version| {
+            entry.last == version || entry.older.contains(&version)
+        })
+    }
+
+    /// Whether `object`'s version is what `test` says of an object this process wrote and that
+    /// has not gone.
+    fn version_is<K: Resource>(&self, object: &K, test: impl Fn(&Versions, u64) -> bool) -> bool {
+        let Some((uid, version)) = uid_and_version(object.meta()) else {
             return false;
         };
-        self.0
-            .lock()
-            .expect("lock")
-            .objects
-            .get(&uid)
-            .is_some_and(|entry| {
-                entry.gone.is_none() && (entry.last == version || entry.older.contains(&version))
-            })
+        let table = self.0.lock().expect("lock");
+        (table.objects.get(&uid)).is_some_and(|entry| entry.gone.is_none() && test(entry, version))
     }
 
     /// What is known of `object`'s version.

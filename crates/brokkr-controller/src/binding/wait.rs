@@ -4,8 +4,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::state::{QUIET_WAIT, Reconcile};
 use crate::cache::Caches;
+use crate::conditions::is_true;
 use crate::error::Error;
-use crate::resources::{ConditionStatus, ServiceBinding, ServiceInstance};
+use crate::resources::{ServiceBinding, ServiceInstance};
 use crate::{identity, instance_views, platform};
 
 /// Whether `binding` has nothing to do until its instance changes: it has done nothing yet (no
@@ -29,18 +30,7 @@ pub fn waits_for_its_instance(binding: &ServiceBinding, caches: &Caches) -> bool
     }
     let namespace = binding.metadata.namespace.as_deref().unwrap_or_default();
     let reference = ObjectRef::new(&binding.spec.instance_ref.name).within(namespace);
-    caches.instances.get(&reference).is_some_and(|instance| {
-        let status = instance.status.as_ref();
-        let said = |type_: &str| {
-            status.is_some_and(|s| {
-                (s.conditions.iter()).any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
-            })
-        };
-        instance.metadata.deletion_timestamp.is_none()
-            && !said("Ready")
-            && !said("Failed")
-            && instance_views::on_its_way(&instance)
-    })
+    (caches.instances.get(&reference)).is_some_and(|instance| instance_views::on_its_way(&instance))
 }
 
 impl Reconcile<'_> {
@@ -57,12 +47,10 @@ impl Reconcile<'_> {
                 format!("the ServiceInstance {name:?} is being deleted"),
             ),
             Some(i) => {
-                let ready = i.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
-                });
-                if ready {
+                if i.status
+                    .as_ref()
+                    .is_some_and(|s| is_true(&s.conditions, "Ready"))
+                {
                     return Ok(Some(i));
                 }
                 if self.quietly_waits_for(&i) {
@@ -89,11 +77,7 @@ impl Reconcile<'_> {
         let unsaid = !self.status.conditions.iter().any(|c| c.type_ == "Ready");
         let young =
             platform::elapsed_since(self.binding.metadata.creation_timestamp.as_ref()) < QUIET_WAIT;
-        let failed = instance.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Failed" && c.status == ConditionStatus::True)
-        });
+        let failed = (instance.status.as_ref()).is_some_and(|s| is_true(&s.conditions, "Failed"));
         unsaid && !failed && (young || instance_views::on_its_way(instance))
     }
 }

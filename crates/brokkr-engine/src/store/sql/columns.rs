@@ -80,6 +80,19 @@ pub(super) fn binding_col(key: &Key) -> &str {
 }
 
 /// The key of a row's `instance_id` and `binding_id` columns: [`binding_col`] undone.
+/// The keys of `rows`, each selected with its `instance_id` and `binding_id` columns.
+pub(super) fn row_keys(rows: &[sqlx::any::AnyRow]) -> Result<Vec<Key>, sqlx::Error> {
+    use sqlx::Row as _;
+    (rows.iter())
+        .map(|row| {
+            Ok(row_key(
+                row.try_get("instance_id")?,
+                row.try_get("binding_id")?,
+            ))
+        })
+        .collect()
+}
+
 pub(super) fn row_key(instance_id: String, binding_id: String) -> Key {
     Key {
         instance_id,

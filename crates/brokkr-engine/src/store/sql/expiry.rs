@@ -6,7 +6,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::columns::{binding_col, row_key};
+use super::columns::{binding_col, row_key, row_keys};
 use super::connect::SqlStore;
 use crate::model::{Key, Outputs};
 use crate::store::error::StoreError;
@@ -99,13 +99,6 @@ impl SqlStore {
             query = query.bind(plan);
         }
         let rows = query.fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(row_key(
-                    row.try_get("instance_id")?,
-                    row.try_get("binding_id")?,
-                ))
-            })
-            .collect()
+        Ok(row_keys(&rows)?)
     }
 }

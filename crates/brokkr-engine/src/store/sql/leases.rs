@@ -2,9 +2,9 @@
 //! none), releasing one (announced to every replica on PostgreSQL, see `released`), and
 //! releasing every lease at start.
 
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
-use super::columns::{binding_col, row_key};
+use super::columns::{binding_col, row_key, row_keys};
 use super::connect::{Dialect, SqlStore};
 use super::released;
 use super::statement::{Statement, sqlite_sql};
@@ -57,14 +57,7 @@ impl SqlStore {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(row_key(
-                    row.try_get("instance_id")?,
-                    row.try_get("binding_id")?,
-                ))
-            })
-            .collect()
+        Ok(row_keys(&rows)?)
     }
 
     pub(super) async fn release(
