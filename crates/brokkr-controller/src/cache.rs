@@ -92,6 +92,8 @@ pub struct Caches {
     bindings_by_secret: Arc<Index<ServiceBinding>>,
     /// Instances by the Secrets their `parametersFrom` names.
     instances_by_secret: Arc<Index<ServiceInstance>>,
+    /// Instances by their OSB id, whatever their namespace.
+    instances_by_id: Arc<Index<ServiceInstance>>,
     /// What the bindings of each instance read of it.
     instance_views: Arc<InstanceViews>,
 }
@@ -226,6 +228,9 @@ impl Default for Caches {
                 parameter_secrets(&i.spec.parameters_from)
                     .map(str::to_owned)
                     .collect()
+            })),
+            instances_by_id: Arc::new(Index::cluster_wide(|i| {
+                vec![crate::identity::instance_id(i)]
             })),
         }
     }
@@ -401,6 +406,7 @@ impl Caches {
         let (plans, cluster_plans) = (self.plans_changed.clone(), self.plans_changed.clone());
         let (instances_written, bindings_written) = (written.clone(), written.clone());
         let instances_by_secret = self.instances_by_secret.clone();
+        let instances_by_id = self.instances_by_id.clone();
         let instance_views = self.instance_views.clone();
         let (bindings_by_instance, bindings_by_secret) = (
             self.bindings_by_instance.clone(),
@@ -414,6 +420,7 @@ impl Caches {
                 move |event| {
                     instances_written.watched(&event);
                     instances_by_secret.apply(&event);
+                    instances_by_id.apply(&event);
                     let concerns_bindings = instance_views.concerns_bindings(&event);
                     broadcast(&instances, event, |i: ServiceInstance, deleted| {
                         InstanceChange {
@@ -527,6 +534,12 @@ impl Caches {
                 self.namespaces.wait_until_ready(),
             );
         }
+    }
+
+    /// The ServiceInstances, of any namespace served, that have or will be provisioned with
+    /// the OSB instance id `id`.
+    pub fn instances_with_id(&self, id: &str) -> Vec<ObjectRef<ServiceInstance>> {
+        self.instances_by_id.get("", id)
     }
 
     /// The ServiceBindings that name `instance`.

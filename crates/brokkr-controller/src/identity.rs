@@ -12,7 +12,7 @@
 //! from the spec as it is then.
 
 use kube::ResourceExt as _;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::ObjectRef;
 
 use crate::resources::{
     BoundInstance, DeprovisionStatus, ProvisionStatus, ServiceBinding, ServiceInstance,
@@ -176,19 +176,15 @@ pub fn adopt_instance(
     instance_called(status) && record_instance(instance, status, class_id)
 }
 
-/// Whether another ServiceInstance of the cluster (in `instances`) has, or will be provisioned
-/// with, the OSB instance id `id`.
+/// Whether an instance other than `instance` is among `holders`, the instances that have, or
+/// will be provisioned with, its OSB id ([`crate::cache::Caches::instances_with_id`]).
 pub fn instance_id_in_use(
-    instances: &Store<ServiceInstance>,
+    holders: &[ObjectRef<ServiceInstance>],
     instance: &ServiceInstance,
-    id: &str,
 ) -> bool {
-    let uid = instance.uid();
-    instances
-        .state()
+    holders
         .iter()
-        .filter(|other| other.uid() != uid)
-        .any(|other| instance_id(other) == id)
+        .any(|other| other.name != instance.name_any() || other.namespace != instance.namespace())
 }
 
 /// Why the binding cannot be acted on with `instance` (the instance of the name it is bound

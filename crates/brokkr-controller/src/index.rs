@@ -10,7 +10,9 @@
 //! - bindings by the instance they name ([`crate::cache::Caches::bindings_of_instance`]);
 //! - bindings by the Secrets they read (`parametersFrom`, `addKeysFrom`), and instances by the
 //!   Secrets their `parametersFrom` names ([`crate::cache::Caches::bindings_of_secret`],
-//!   [`crate::cache::Caches::instances_of_secret`]).
+//!   [`crate::cache::Caches::instances_of_secret`]);
+//! - instances by their OSB id, across namespaces ([`crate::cache::Caches::instances_with_id`]):
+//!   an instance's first provision checks that no other has its id.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -25,6 +27,8 @@ pub type Key = (String, String);
 /// The objects of kind `K` under each key, as the keys of [`Index::new`]'s function say.
 pub struct Index<K: Resource<DynamicType = ()>> {
     keys_of: fn(&K) -> Vec<String>,
+    /// Whether a key is a name within the object's namespace, or one name for the cluster.
+    namespaced: bool,
     state: Mutex<State<K>>,
 }
 
@@ -40,7 +44,17 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
     /// object's namespace).
     pub fn new(keys_of: fn(&K) -> Vec<String>) -> Self {
         Self {
+            namespaced: true,
+            ..Self::cluster_wide(keys_of)
+        }
+    }
+
+    /// An empty index whose objects are filed under the names `keys_of` gives, whatever their
+    /// namespace: [`Index::get`] them with the namespace `""`.
+    pub fn cluster_wide(keys_of: fn(&K) -> Vec<String>) -> Self {
+        Self {
             keys_of,
+            namespaced: false,
             state: Mutex::new(State {
                 by_key: HashMap::new(),
                 keys: HashMap::new(),
@@ -87,7 +101,10 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
     }
 
     fn keys(&self, object: &K) -> Vec<Key> {
-        let namespace = object.meta().namespace.clone().unwrap_or_default();
+        let namespace = match self.namespaced {
+            true => object.meta().namespace.clone().unwrap_or_default(),
+            false => String::new(),
+        };
         let mut keys: Vec<Key> = (self.keys_of)(object)
             .into_iter()
             .map(|name| (namespace.clone(), name))
@@ -179,6 +196,24 @@ mod tests {
         assert_eq!(names(index.get("a", "other")), ["one"]);
         index.apply(&watcher::Event::Delete(map("a", "two", &["db"])));
         assert!(index.get("a", "db").is_empty());
+    }
+
+    #[test]
+    fn a_cluster_wide_index_finds_objects_of_every_namespace_under_one_key() {
+        let index = Index::cluster_wide(|m: &ConfigMap| {
+            m.data.iter().flatten().map(|(_, v)| v.clone()).collect()
+        });
+        index.apply(&watcher::Event::Apply(map("a", "one", &["id-1"])));
+        index.apply(&watcher::Event::Apply(map("b", "two", &["id-1"])));
+        index.apply(&watcher::Event::Apply(map("b", "three", &["id-2"])));
+        let found = index.get("", "id-1");
+        let mut found: Vec<_> = found
+            .iter()
+            .map(|r| (r.namespace.clone().unwrap_or_default(), r.name.clone()))
+            .collect();
+        found.sort();
+        assert_eq!(found, [("a".into(), "one".into()), ("b".into(), "two".into())]);
+        assert!(index.get("b", "id-1").is_empty());
     }
 
     #[test]

@@ -30,11 +30,19 @@ pub fn may_have_created(e: &OsbError) -> bool {
     }
 }
 
-/// The pause before the next poll: as long as the operation has run so far, from 1 s to 5 min,
-/// so that pauses double.
-pub fn backoff(elapsed: Duration) -> Duration {
-    elapsed.clamp(Duration::from_secs(1), MAX_BACKOFF)
+/// The pause before the next poll of an operation that has run for `elapsed`: the broker's
+/// `Retry-After`, but at least 1 s (a broker asking to be polled at once, again and again, would
+/// take every turn its operations in flight are given); without one, as long as the operation
+/// has run so far, from 1 s to 5 min, so that pauses double.
+pub fn poll_pause(retry_after: Option<Duration>, elapsed: Duration) -> Duration {
+    match retry_after {
+        Some(asked) => asked.max(MIN_POLL_PAUSE),
+        None => elapsed.clamp(MIN_POLL_PAUSE, MAX_BACKOFF),
+    }
 }
+
+/// The shortest pause between two polls of one operation.
+const MIN_POLL_PAUSE: Duration = Duration::from_secs(1);
 
 /// How long ago `start` was; zero when it is unknown or in the future.
 pub fn elapsed_since(start: Option<&Time>) -> Duration {
@@ -178,11 +186,21 @@ mod tests {
 
     #[test]
     fn polls_back_off_from_one_second_doubling_to_five_minutes() {
+        let backoff = |elapsed| poll_pause(None, elapsed);
         assert_eq!(backoff(Duration::ZERO), Duration::from_secs(1));
         assert_eq!(backoff(Duration::from_secs(1)), Duration::from_secs(1));
         // Waiting as long as it has run doubles the time run: 1, 2, 4, 8 … seconds.
         assert_eq!(backoff(Duration::from_secs(4)), Duration::from_secs(4));
         assert_eq!(backoff(Duration::from_secs(3600)), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_broker_may_slow_polls_down_but_not_make_them_faster_than_one_a_second() {
+        let early = Duration::from_secs(2);
+        assert_eq!(poll_pause(Some(Duration::from_secs(30)), early), Duration::from_secs(30));
+        assert_eq!(poll_pause(Some(Duration::from_secs(3600)), early), Duration::from_secs(3600));
+        assert_eq!(poll_pause(Some(Duration::ZERO), early), Duration::from_secs(1));
+        assert_eq!(poll_pause(Some(Duration::from_millis(10)), early), Duration::from_secs(1));
     }
 
     #[test]

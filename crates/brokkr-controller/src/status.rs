@@ -340,7 +340,14 @@ const HELD_FOR: Duration = Duration::from_secs(60);
 /// nothing else: the recorded ids and `deprovisionStatus` are written before the broker is
 /// called, and the broker answers the identical request made again with the same operation.
 #[derive(Debug)]
-pub struct Held<S>(Mutex<HashMap<u128, Hold<S>>>);
+pub struct Held<S>(Mutex<Holds<S>>);
+
+/// The statuses held, by uid, and when those held too long were last dropped.
+#[derive(Debug)]
+struct Holds<S> {
+    by_uid: HashMap<u128, Hold<S>>,
+    swept: Instant,
+}
 
 #[derive(Debug)]
 struct Hold<S> {
@@ -360,7 +367,10 @@ pub enum Taken<S> {
 
 impl<S> Default for Held<S> {
     fn default() -> Self {
-        Self(Mutex::default())
+        Self(Mutex::new(Holds {
+            by_uid: HashMap::new(),
+            swept: Instant::now(),
+        }))
     }
 }
 
@@ -390,8 +400,13 @@ impl<S: Clone + PartialEq> Held<S> {
         };
         let mut held = self.0.lock().expect("lock");
         let now = Instant::now();
-        held.retain(|_, h| now.duration_since(h.at) < HELD_FOR);
-        held.insert(
+        // Those held too long (their object never reconciled again) go now and then, not at
+        // every hold: thousands are held at once in a burst.
+        if now.duration_since(held.swept) >= HELD_FOR / 2 {
+            held.by_uid.retain(|_, h| now.duration_since(h.at) < HELD_FOR);
+            held.swept = now;
+        }
+        held.by_uid.insert(
             uid,
             Hold {
                 version,
@@ -406,7 +421,7 @@ impl<S: Clone + PartialEq> Held<S> {
     /// that held the status, e.g. the ids recorded before the broker call).
     pub fn take<K: Resource>(&self, object: &K, written: &Written) -> Option<Taken<S>> {
         let uid = uid_key(object.meta().uid.as_deref()?);
-        let hold = self.0.lock().expect("lock").remove(&uid)?;
+        let hold = self.0.lock().expect("lock").by_uid.remove(&uid)?;
         if hold.at.elapsed() >= HELD_FOR {
             return None;
         }

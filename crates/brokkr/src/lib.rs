@@ -103,10 +103,14 @@ pub fn main() -> ExitCode {
 /// runtime, and its error, if any, is printed here and makes the exit code 1.
 pub fn main_with(kinds: StepKinds) -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Controller(_)) {
-        controller::without_huge_pages();
-    }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match &cli.command {
+        Command::Controller(_) => {
+            controller::without_huge_pages();
+            controller::runtime()
+        }
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::identity;
 use crate::identity::binding_id;
 use crate::identity::instance_id;
-use crate::platform::may_have_created;
+use crate::platform::{may_have_created, poll_pause};
 use crate::platform::osb_context;
 use crate::resolve::Resolved;
 use crate::resources::{
@@ -133,7 +133,7 @@ impl Reconcile<'_> {
                 }
                 self.write_status().await?;
                 Ok(Action::requeue(
-                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                    poll_pause(response.retry_after, Duration::ZERO),
                 ))
             }
             Ok(response) => {

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use super::state::{Expiry, RECHECK, Reconcile};
 use crate::error::Error;
 use crate::identity::instance_id;
-use crate::platform::{backoff, elapsed_since, humanize, may_have_created};
+use crate::platform::{elapsed_since, poll_pause, humanize, may_have_created};
 use crate::resolve::Resolved;
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
 
@@ -101,7 +101,7 @@ impl Reconcile<'_> {
                     self.write_status().await?;
                 }
                 Ok(Action::requeue(
-                    retry_after.unwrap_or_else(|| backoff(elapsed)),
+                    poll_pause(retry_after, elapsed),
                 ))
             }
             OperationState::Succeeded if unbinding => self.unbound().await,

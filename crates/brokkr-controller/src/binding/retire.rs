@@ -15,7 +15,7 @@ use super::secret;
 use super::state::{RECHECK, Reconcile, Slot};
 use crate::error::Error;
 use crate::identity::instance_id;
-use crate::platform::{backoff, elapsed_since};
+use crate::platform::{elapsed_since, poll_pause};
 use crate::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, RotatingBinding, ServiceBindingOperation, ServiceInstance,
@@ -87,9 +87,10 @@ impl Reconcile<'_> {
             };
             return match state {
                 OperationState::InProgress => {
-                    Ok(Some(Action::requeue(retry_after.unwrap_or_else(|| {
-                        backoff(elapsed_since(retiring.operation_start_time.as_ref()))
-                    }))))
+                    Ok(Some(Action::requeue(poll_pause(
+                        retry_after,
+                        elapsed_since(retiring.operation_start_time.as_ref()),
+                    ))))
                 }
                 OperationState::Succeeded => {
                     *self.slot(slot) = None;
@@ -136,7 +137,7 @@ impl Reconcile<'_> {
                 });
                 self.write_status().await?;
                 Ok(Some(Action::requeue(
-                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                    poll_pause(response.retry_after, Duration::ZERO),
                 )))
             }
             Ok(_) => {

@@ -38,7 +38,7 @@ use crate::error::Error;
 use crate::identity;
 use crate::identity::instance_id;
 use crate::platform::osb_context;
-use crate::platform::{backoff, elapsed_since, humanize};
+use crate::platform::{elapsed_since, humanize, poll_pause};
 use crate::resolve::{Resolved, resolve};
 use crate::resources::{
     ConditionStatus, CurrentBinding, LocalObjectReference, RotatingBinding,
@@ -286,7 +286,7 @@ impl Reconcile<'_> {
                 }
                 self.write_status().await?;
                 Ok(Action::requeue(
-                    response.retry_after.unwrap_or(Duration::from_secs(1)),
+                    poll_pause(response.retry_after, Duration::ZERO),
                 ))
             }
             Ok(response) => {
@@ -355,7 +355,7 @@ impl Reconcile<'_> {
                     return self.rotation_failed("RotationFailed", message).await;
                 }
                 Ok(Action::requeue(
-                    response.retry_after.unwrap_or_else(|| backoff(elapsed)),
+                    poll_pause(response.retry_after, elapsed),
                 ))
             }
             OperationState::Succeeded => {

@@ -97,7 +97,7 @@ pub(super) async fn poll(
                 write_status(instance, ctx, &status).await?;
             }
             Ok(Action::requeue(
-                retry_after.unwrap_or_else(|| platform::backoff(elapsed)),
+                platform::poll_pause(retry_after, elapsed),
             ))
         }
         OperationState::Succeeded => match operation {
@@ -260,6 +260,6 @@ pub(super) async fn started(
     }
     write_status(instance, ctx, &status).await?;
     Ok(Action::requeue(
-        retry_after.unwrap_or(std::time::Duration::from_secs(1)),
+        platform::poll_pause(retry_after, std::time::Duration::ZERO),
     ))
 }

@@ -56,7 +56,7 @@ pub(super) async fn provision(
     if status.external_id.is_none() {
         // The first call: the ids it is made with are recorded before it is made.
         let id = instance_id(instance);
-        if identity::instance_id_in_use(&ctx.caches.instances, instance, &id) {
+        if identity::instance_id_in_use(&ctx.caches.instances_with_id(&id), instance) {
             let message = "another ServiceInstance already has this spec.externalID: leave it out, or choose another".to_owned();
             set(
                 &mut status,

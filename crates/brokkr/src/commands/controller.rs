@@ -283,6 +283,16 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     Ok(())
 }
 
+/// The controller's runtime: one thread. Its reconciles wait on the API server and brokers,
+/// not on a CPU; on more threads every watch event and response that wakes a task on another
+/// worker costs a wake-up across threads, which made up much of its CPU
+/// (docs/benchmarks.md, "Controllers at scale").
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 /// Keeps the controller's memory in small pages; called before the runtime starts. mimalloc, the
 /// allocator the broker's CPU gains from, asks Linux for transparent huge pages where it may, and
 /// a 2 MiB page holding a few live objects is 2 MiB resident: with 5,000 instances and 5,000
