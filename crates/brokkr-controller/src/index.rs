@@ -212,7 +212,10 @@ mod tests {
             .map(|r| (r.namespace.clone().unwrap_or_default(), r.name.clone()))
             .collect();
         found.sort();
-        assert_eq!(found, [("a".into(), "one".into()), ("b".into(), "two".into())]);
+        assert_eq!(
+            found,
+            [("a".into(), "one".into()), ("b".into(), "two".into())]
+        );
         assert!(index.get("b", "id-1").is_empty());
     }
 

@@ -197,10 +197,22 @@ mod tests {
     #[test]
     fn a_broker_may_slow_polls_down_but_not_make_them_faster_than_one_a_second() {
         let early = Duration::from_secs(2);
-        assert_eq!(poll_pause(Some(Duration::from_secs(30)), early), Duration::from_secs(30));
-        assert_eq!(poll_pause(Some(Duration::from_secs(3600)), early), Duration::from_secs(3600));
-        assert_eq!(poll_pause(Some(Duration::ZERO), early), Duration::from_secs(1));
-        assert_eq!(poll_pause(Some(Duration::from_millis(10)), early), Duration::from_secs(1));
+        assert_eq!(
+            poll_pause(Some(Duration::from_secs(30)), early),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            poll_pause(Some(Duration::from_secs(3600)), early),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            poll_pause(Some(Duration::ZERO), early),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            poll_pause(Some(Duration::from_millis(10)), early),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

@@ -403,7 +403,8 @@ impl<S: Clone + PartialEq> Held<S> {
         // Those held too long (their object never reconciled again) go now and then, not at
         // every hold: thousands are held at once in a burst.
         if now.duration_since(held.swept) >= HELD_FOR / 2 {
-            held.by_uid.retain(|_, h| now.duration_since(h.at) < HELD_FOR);
+            held.by_uid
+                .retain(|_, h| now.duration_since(h.at) < HELD_FOR);
             held.swept = now;
         }
         held.by_uid.insert(

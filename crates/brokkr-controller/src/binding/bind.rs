@@ -21,8 +21,8 @@ use crate::error::Error;
 use crate::identity;
 use crate::identity::binding_id;
 use crate::identity::instance_id;
-use crate::platform::{may_have_created, poll_pause};
 use crate::platform::osb_context;
+use crate::platform::{may_have_created, poll_pause};
 use crate::resolve::Resolved;
 use crate::resources::{
     ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,
@@ -132,9 +132,10 @@ impl Reconcile<'_> {
                     return Ok(action);
                 }
                 self.write_status().await?;
-                Ok(Action::requeue(
-                    poll_pause(response.retry_after, Duration::ZERO),
-                ))
+                Ok(Action::requeue(poll_pause(
+                    response.retry_after,
+                    Duration::ZERO,
+                )))
             }
             Ok(response) => {
                 let binding = response.body.binding;

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use super::state::{Expiry, RECHECK, Reconcile};
 use crate::error::Error;
 use crate::identity::instance_id;
-use crate::platform::{elapsed_since, poll_pause, humanize, may_have_created};
+use crate::platform::{elapsed_since, humanize, may_have_created, poll_pause};
 use crate::resolve::Resolved;
 use crate::resources::{ConditionStatus, ServiceBindingOperation, ServiceInstance, UnbindStatus};
 
@@ -100,9 +100,7 @@ impl Reconcile<'_> {
                 if !held {
                     self.write_status().await?;
                 }
-                Ok(Action::requeue(
-                    poll_pause(retry_after, elapsed),
-                ))
+                Ok(Action::requeue(poll_pause(retry_after, elapsed)))
             }
             OperationState::Succeeded if unbinding => self.unbound().await,
             OperationState::Succeeded if self.binding.metadata.deletion_timestamp.is_some() => {

@@ -86,12 +86,10 @@ impl Reconcile<'_> {
                 Err(e) => return Err(e.into()),
             };
             return match state {
-                OperationState::InProgress => {
-                    Ok(Some(Action::requeue(poll_pause(
-                        retry_after,
-                        elapsed_since(retiring.operation_start_time.as_ref()),
-                    ))))
-                }
+                OperationState::InProgress => Ok(Some(Action::requeue(poll_pause(
+                    retry_after,
+                    elapsed_since(retiring.operation_start_time.as_ref()),
+                )))),
                 OperationState::Succeeded => {
                     *self.slot(slot) = None;
                     Ok(None)
@@ -136,9 +134,10 @@ impl Reconcile<'_> {
                     ..retiring
                 });
                 self.write_status().await?;
-                Ok(Some(Action::requeue(
-                    poll_pause(response.retry_after, Duration::ZERO),
-                )))
+                Ok(Some(Action::requeue(poll_pause(
+                    response.retry_after,
+                    Duration::ZERO,
+                ))))
             }
             Ok(_) => {
                 *self.slot(slot) = None;

@@ -285,9 +285,10 @@ impl Reconcile<'_> {
                     successor.last_operation = response.body.operation.clone();
                 }
                 self.write_status().await?;
-                Ok(Action::requeue(
-                    poll_pause(response.retry_after, Duration::ZERO),
-                ))
+                Ok(Action::requeue(poll_pause(
+                    response.retry_after,
+                    Duration::ZERO,
+                )))
             }
             Ok(response) => {
                 let binding = response.body.binding;
@@ -354,9 +355,7 @@ impl Reconcile<'_> {
                     );
                     return self.rotation_failed("RotationFailed", message).await;
                 }
-                Ok(Action::requeue(
-                    poll_pause(response.retry_after, elapsed),
-                ))
+                Ok(Action::requeue(poll_pause(response.retry_after, elapsed)))
             }
             OperationState::Succeeded => {
                 let fetched = resolved

@@ -96,9 +96,7 @@ pub(super) async fn poll(
             {
                 write_status(instance, ctx, &status).await?;
             }
-            Ok(Action::requeue(
-                platform::poll_pause(retry_after, elapsed),
-            ))
+            Ok(Action::requeue(platform::poll_pause(retry_after, elapsed)))
         }
         OperationState::Succeeded => match operation {
             ServiceInstanceOperation::Provision => {
@@ -259,7 +257,8 @@ pub(super) async fn started(
         }
     }
     write_status(instance, ctx, &status).await?;
-    Ok(Action::requeue(
-        platform::poll_pause(retry_after, std::time::Duration::ZERO),
-    ))
+    Ok(Action::requeue(platform::poll_pause(
+        retry_after,
+        std::time::Duration::ZERO,
+    )))
 }
