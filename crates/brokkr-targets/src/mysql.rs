@@ -409,13 +409,18 @@ async fn release(admin: &mut MySqlConnection, kind: Kind, name: &str) -> Result<
         .map(drop)
 }
 
-/// Kills the connections whose processlist `column` (`USER` or `DB`) is `value`.
+/// Kills the connections whose processlist `column` (`USER` or `DB`) is `value`. The id is cast:
+/// MySQL has it `BIGINT UNSIGNED`, MariaDB `BIGINT`.
 async fn kill(admin: &mut MySqlConnection, column: &str, value: &str) -> Result<(), sqlx::Error> {
     let sql = match column {
         "USER" => {
-            "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND ID <> CONNECTION_ID()"
+            "SELECT CAST(ID AS UNSIGNED) FROM information_schema.PROCESSLIST \
+             WHERE USER = ? AND ID <> CONNECTION_ID()"
         }
-        _ => "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
+        _ => {
+            "SELECT CAST(ID AS UNSIGNED) FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND ID <> CONNECTION_ID()"
+        }
     };
     let ids: Vec<u64> = sqlx::query_scalar(sql)
         .bind(value)

@@ -146,6 +146,33 @@ async fn names_the_server_would_truncate_or_misread_are_refused() {
     assert!(e.to_string().contains("cannot contain"), "{e}");
 }
 
+/// A database and a user are deleted though connections are still open on them, and those
+/// connections end with them.
+#[tokio::test]
+async fn mysql_deletes_a_database_and_a_user_with_connections_open() {
+    let target = Mysql::new("my", &AdminUrl::parse("my", &mysql_url()).unwrap(), TIMEOUT).unwrap();
+    let t = tag();
+    let (db, user, password) = (format!("open_{t}"), format!("open_{t}"), "open-sesame");
+    let database = json!({"kind": "Database", "name": db});
+    let login = json!({"kind": "User", "name": user, "password": password, "database": db});
+    target.apply(&database, &SCOPE).await.unwrap();
+    target.apply(&login, &SCOPE).await.unwrap();
+    let mut options: sqlx::mysql::MySqlConnectOptions = mysql_url().parse().unwrap();
+    options = options.username(&user).password(password).database(&db);
+    let mut on_database = MySqlConnection::connect_with(&options).await.unwrap();
+    let mut as_user = MySqlConnection::connect_with(&options).await.unwrap();
+
+    target.delete(&database, &SCOPE).await.unwrap();
+    assert!(
+        sqlx::query("SELECT 1")
+            .execute(&mut on_database)
+            .await
+            .is_err()
+    );
+    target.delete(&login, &SCOPE).await.unwrap();
+    assert!(sqlx::query("SELECT 1").execute(&mut as_user).await.is_err());
+}
+
 #[tokio::test]
 async fn mysql_grants_name_exactly_one_database() {
     let target = Mysql::new("my", &AdminUrl::parse("my", &mysql_url()).unwrap(), TIMEOUT).unwrap();
