@@ -553,9 +553,9 @@ impl Caches {
 
     /// The ServiceBindings a change to a Secret concerns: those that read it (`parametersFrom`,
     /// `addKeysFrom`), and, when it was deleted, the one whose credentials it held (its
-    /// controller), which restores it unless it is being deleted itself. The binding writes its Secret itself and does not read
-    /// it back, so its other changes (its creation by that binding, first of all) are no news
-    /// to it.
+    /// controller), which restores it unless it is being deleted itself. The binding writes its
+    /// Secret itself and does not read it back, so its other changes (its creation by that
+    /// binding, first of all) are no news to it.
     pub fn bindings_of_secret(&self, change: &SecretChange) -> Vec<ObjectRef<ServiceBinding>> {
         let secret = &change.secret;
         let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();

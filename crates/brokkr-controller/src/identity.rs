@@ -182,9 +182,8 @@ pub fn instance_id_in_use(
     holders: &[ObjectRef<ServiceInstance>],
     instance: &ServiceInstance,
 ) -> bool {
-    holders
-        .iter()
-        .any(|other| other.name != instance.name_any() || other.namespace != instance.namespace())
+    let itself = ObjectRef::from_obj(instance);
+    holders.iter().any(|other| *other != itself)
 }
 
 /// Why the binding cannot be acted on with `instance` (the instance of the name it is bound

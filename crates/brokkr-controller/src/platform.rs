@@ -31,9 +31,9 @@ pub fn may_have_created(e: &OsbError) -> bool {
 }
 
 /// The pause before the next poll of an operation that has run for `elapsed`: the broker's
-/// `Retry-After`, but at least 1 s (a broker asking to be polled at once, again and again, would
-/// take every turn its operations in flight are given); without one, as long as the operation
-/// has run so far, from 1 s to 5 min, so that pauses double.
+/// `Retry-After`, but at least 1 s (a broker answering 0, again and again, would have the
+/// controller poll it without pause); without one, as long as the operation has run so far,
+/// from 1 s to 5 min, so that pauses double.
 pub fn poll_pause(retry_after: Option<Duration>, elapsed: Duration) -> Duration {
     match retry_after {
         Some(asked) => asked.max(MIN_POLL_PAUSE),

@@ -23,11 +23,10 @@ pub(super) const RETRY_AFTER_MITIGATION: Duration = Duration::from_secs(5);
 
 /// What follows an operation that ended: `then`, unless something may have come while it ran
 /// that is still to be acted on — its spec changed (a generation newer than the one the
-/// operation was started for), or
-/// its parameters come from Secrets, which may have changed meanwhile. A change that came while
-/// the operation ran woke a reconcile that only polled, and the write that ends the operation
-/// does not wake the instance again (its own write): so it looks again once the cache has that
-/// write.
+/// operation was started for), or its parameters come from Secrets, which may have changed
+/// meanwhile. A change that came while the operation ran woke a reconcile that only polled,
+/// and the write that ends the operation does not wake the instance again (its own write): so
+/// it looks again once the cache has that write.
 pub(super) fn after_operation(
     instance: &ServiceInstance,
     status: &ServiceInstanceStatus,

@@ -79,7 +79,6 @@ pub(super) fn binding_col(key: &Key) -> &str {
     key.binding_id.as_deref().unwrap_or("")
 }
 
-/// The key of a row's `instance_id` and `binding_id` columns: [`binding_col`] undone.
 /// The keys of `rows`, each selected with its `instance_id` and `binding_id` columns.
 pub(super) fn row_keys(rows: &[sqlx::any::AnyRow]) -> Result<Vec<Key>, sqlx::Error> {
     use sqlx::Row as _;
@@ -93,6 +92,7 @@ pub(super) fn row_keys(rows: &[sqlx::any::AnyRow]) -> Result<Vec<Key>, sqlx::Err
         .collect()
 }
 
+/// The key of a row's `instance_id` and `binding_id` columns: [`binding_col`] undone.
 pub(super) fn row_key(instance_id: String, binding_id: String) -> Key {
     Key {
         instance_id,
