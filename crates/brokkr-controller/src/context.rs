@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt as _;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector;
 use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
 use kube::{Api, Client};
 
@@ -92,22 +92,6 @@ impl Context {
             .inspect_ok(move |event| written.watched(event))
             .applied_objects();
         Controller::for_stream(objects, reader)
-            .with_config(controller::Config::default().concurrency(self.concurrency))
-    }
-
-    /// A controller of the instances or bindings the caches hold, woken by `changes` (from
-    /// [`cache::Caches::instance_changes`] or [`cache::Caches::binding_changes`]); at most
-    /// [`Context::concurrency`] reconciles at once.
-    pub(crate) fn followed_controller<K>(
-        &self,
-        store: &reflector::Store<K>,
-        changes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
-    ) -> Controller<K>
-    where
-        K: crate::cache::Watched,
-    {
-        Controller::for_shared_stream(futures::stream::empty(), store.clone())
-            .reconcile_on(changes)
             .with_config(controller::Config::default().concurrency(self.concurrency))
     }
 }

@@ -18,6 +18,8 @@
 //! - [`run`]: every controller, until a shutdown signal;
 //! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;
 //! - [`cache`]: the watch caches reconciles read instead of the API server;
+//! - [`runner`]: the instance and binding controllers' reconciles, run in the order they fell
+//!   due;
 //! - [`Scope`]: which namespaces one run serves;
 //! - [`workloads`]: the workload kinds watched, so that usages and projections follow them;
 //! - [`held_failures`]: a namespaced broker's failures told no sooner than a floor;
@@ -55,6 +57,7 @@ mod platform;
 pub mod projector;
 pub mod resolve;
 pub mod resources;
+pub mod runner;
 mod scope;
 pub mod servicebinding_io;
 mod status;
@@ -134,33 +137,41 @@ fn instance_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
-    let changes = cache::waking(store.clone(), ctx.caches.instance_changes(), |_, c| {
-        cache::unless_own(&c.instance, c.own_write)
-    });
-    ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking(store.clone(), ctx.caches.secret_changes(), {
+    let wakes = futures::stream::select_all([
+        cache::waking(store.clone(), ctx.caches.instance_changes(), |_, c| {
+            cache::unless_own(&c.instance, c.own_write)
+        })
+        .boxed(),
+        cache::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
             move |_, change| ctx.caches.instances_of_secret(&change.secret)
-        }))
-        .reconcile_on(cache::waking(store.clone(), ctx.caches.plan_changes(), {
+        })
+        .boxed(),
+        cache::waking(store.clone(), ctx.caches.plan_changes(), {
             let ctx = ctx.clone();
             move |_, plan| ctx.caches.instances_of_plan(&plan)
-        }))
-        .reconcile_on(cache::waking(
+        })
+        .boxed(),
+        cache::waking(
             store.clone(),
             ctx.caches.binding_changes(),
             |_, binding| match binding.gone {
                 true => vec![binding.instance.clone()],
                 false => Vec::new(),
             },
-        ))
-        .graceful_shutdown_on(shutdown)
-        .run(instance::reconcile, instance::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "instance controller");
-            }
-        })
+        )
+        .boxed(),
+    ]);
+    runner::run(
+        "instance controller",
+        store,
+        wakes,
+        ctx.concurrency,
+        instance::reconcile,
+        instance::error_policy,
+        ctx.clone(),
+        shutdown,
+    )
 }
 
 /// The binding controller: woken by its bindings' changes, by a Secret they read
@@ -182,14 +193,15 @@ fn binding_controller(
             })
         }
     };
-    let changes = cache::waking_or(
-        store.clone(),
-        ctx.caches.binding_changes(),
-        |_, c| cache::unless_own(&c.binding, c.own_write),
-        missed(ctx),
-    );
-    ctx.followed_controller(&store, changes)
-        .reconcile_on(cache::waking_or(
+    let wakes = futures::stream::select_all([
+        cache::waking_or(
+            store.clone(),
+            ctx.caches.binding_changes(),
+            |_, c| cache::unless_own(&c.binding, c.own_write),
+            missed(ctx),
+        )
+        .boxed(),
+        cache::waking_or(
             store.clone(),
             ctx.caches.secret_changes(),
             {
@@ -197,8 +209,9 @@ fn binding_controller(
                 move |_, change| ctx.caches.bindings_of_secret(&change)
             },
             missed(ctx),
-        ))
-        .reconcile_on(cache::waking_or(
+        )
+        .boxed(),
+        cache::waking_or(
             store.clone(),
             ctx.caches.instance_changes(),
             {
@@ -209,14 +222,19 @@ fn binding_controller(
                 }
             },
             missed(ctx),
-        ))
-        .graceful_shutdown_on(shutdown)
-        .run(binding::reconcile, binding::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "binding controller");
-            }
-        })
+        )
+        .boxed(),
+    ]);
+    runner::run(
+        "binding controller",
+        store,
+        wakes,
+        ctx.concurrency,
+        binding::reconcile,
+        binding::error_policy,
+        ctx.clone(),
+        shutdown,
+    )
 }
 
 async fn broker_controller<B: BrokerKind>(

@@ -11,7 +11,7 @@ use brokkr_osb::messages::BindRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 

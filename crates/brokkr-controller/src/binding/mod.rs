@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt as _;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 
 use crate::context::Context;
 use crate::error::Error;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use brokkr_osb::client::Poll;
 use brokkr_osb::messages::OperationState;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 
 use super::state::{Expiry, RECHECK, Reconcile};
 use crate::error::Error;

@@ -2,7 +2,7 @@
 //! fetched again where the class is `bindingRetrievable`; else the condition says the binding
 //! must be re-created.
 
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 
 use super::state::{Expiry, Reconcile};
 use crate::error::Error;

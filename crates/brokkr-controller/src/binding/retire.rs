@@ -7,7 +7,7 @@ use brokkr_osb::client::Poll;
 use brokkr_osb::messages::OperationState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::rotate::CONDITION;

@@ -27,7 +27,7 @@ use brokkr_osb::client::Poll;
 use brokkr_osb::messages::{BindRequest, OperationState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value};

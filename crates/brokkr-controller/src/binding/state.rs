@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 use serde_json::Value;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use kube::api::DeleteParams;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};

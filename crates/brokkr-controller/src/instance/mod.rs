@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::{Api, ResourceExt as _};
 
 mod delete;

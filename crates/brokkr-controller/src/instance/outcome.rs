@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::state::{end_operation, event, reason, remove_finalizer, set, write_status};

@@ -5,7 +5,7 @@
 
 use brokkr_osb::client::{Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState};
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 
 use super::outcome::{
     after_operation, deprovisioned, provisioned, start_orphan_mitigation, update_failed, updated,

@@ -9,7 +9,7 @@ use brokkr_osb::messages::ProvisionRequest;
 use brokkr_osb::{ErrorCode, MaintenanceInfo};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::outcome::{RETRY_AFTER_MITIGATION, provisioned, start_orphan_mitigation};

@@ -6,7 +6,7 @@
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::UpdateRequest;
 use brokkr_osb::{ErrorCode, MaintenanceInfo};
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use serde_json::{Map, Value};
 
 use super::outcome::{update_failed, updated};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 
 use super::state::{condition_is, reason, write_status};
 use crate::conditions;

@@ -2,7 +2,7 @@
 //! for a Secret, a spec the controller refuses, a class or plan not in the catalog yet.
 
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action;
+use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::state::{RECHECK, event, ready_says, reason, set, write_status};
