@@ -162,11 +162,8 @@ fn instance_controller(
         )
         .boxed(),
     ]);
-    runner::run(
-        "instance controller",
-        store,
+    runner::Runner::new("instance controller", store, ctx.concurrency).run(
         wakes,
-        ctx.concurrency,
         instance::reconcile,
         instance::error_policy,
         ctx.clone(),
@@ -225,11 +222,8 @@ fn binding_controller(
         )
         .boxed(),
     ]);
-    runner::run(
-        "binding controller",
-        store,
+    runner::Runner::new("binding controller", store, ctx.concurrency).run(
         wakes,
-        ctx.concurrency,
         binding::reconcile,
         binding::error_policy,
         ctx.clone(),

@@ -4,7 +4,7 @@
 //! are taken in a hash set, and takes the first one it finds there whenever a slot frees. Under
 //! a steady stream of wakes (a cold start of thousands of instances), an object in a late
 //! bucket waits until the stream ends: a binding whose bind had finished waited two minutes
-//! for its poll. [`run`] keeps due objects in queues instead, each in the order its objects
+//! for its poll. [`Runner`] keeps due objects in queues instead, each in the order its objects
 //! fell due: the requeued (a poll of an operation in flight, a retry) take three turns of four
 //! while objects woken by a change wait, so that neither waits behind the other's backlog.
 //!
@@ -56,84 +56,108 @@ impl Action {
     }
 }
 
-/// Reconciles the objects of `store` that `wakes` names or their reconciles requeue, at most
-/// `concurrency` at once, in the order they fell due (the requeued before the woken, three
-/// turns of four), until `shutdown` completes and the
-/// reconciles in progress end (or `wakes` ends and nothing is left to do). A failed reconcile
-/// is logged (at debug, as `what`) and requeued as `error_policy` says.
-pub async fn run<K, C, E, F>(
+/// The reconciles of one kind: its objects as `store` holds them, at most `concurrency` at
+/// once, named `what` in logs.
+pub struct Runner<K: Resource<DynamicType = ()> + 'static> {
     what: &'static str,
     store: Store<K>,
-    wakes: impl Stream<Item = ObjectRef<K>>,
     concurrency: u16,
-    reconcile: impl Fn(Arc<K>, Arc<C>) -> F,
-    error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
-    ctx: Arc<C>,
-    shutdown: impl Future<Output = ()>,
-) where
+}
+
+impl<K> Runner<K>
+where
     K: Resource<DynamicType = ()> + Clone + 'static,
-    E: Display,
-    F: Future<Output = Result<Action, E>>,
 {
-    let mut wakes = pin!(wakes.fuse());
-    let mut shutdown = pin!(shutdown.fuse());
-    let mut due = Due::default();
-    let mut running = FuturesUnordered::new();
-    let mut busy = HashSet::new();
-    let mut woken_while_busy = HashSet::new();
-    let (mut stopping, mut wakes_ended) = (false, false);
-    let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
-    let mut armed = None;
-    loop {
-        while !stopping && running.len() < usize::from(concurrency.max(1)) {
-            let Some(reference) = due.pop() else { break };
-            let Some(object) = store.get(&reference) else {
-                continue;
-            };
-            busy.insert(reference.clone());
-            let (ctx, reconcile, error_policy) = (ctx.clone(), &reconcile, &error_policy);
-            running.push(async move {
-                let action = match reconcile(object.clone(), ctx.clone()).await {
-                    Ok(action) => action,
-                    Err(error) => {
-                        tracing::debug!(%error, object = %reference, "{what}");
-                        error_policy(object, &error, ctx)
-                    }
+    /// Reconciles of the objects of `store`, at most `concurrency` at once (at least one), named
+    /// `what` in logs.
+    pub fn new(what: &'static str, store: Store<K>, concurrency: u16) -> Self {
+        Self {
+            what,
+            store,
+            concurrency,
+        }
+    }
+
+    /// Reconciles the objects that `wakes` names or their reconciles requeue, in the order they
+    /// fell due (the requeued before the woken, three turns of four), until `shutdown`
+    /// completes and the reconciles in progress end (or `wakes` ends and nothing is left to
+    /// do). A failed reconcile is logged (at debug) and requeued as `error_policy` says.
+    pub async fn run<C, E, F>(
+        self,
+        wakes: impl Stream<Item = ObjectRef<K>>,
+        reconcile: impl Fn(Arc<K>, Arc<C>) -> F,
+        error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
+        ctx: Arc<C>,
+        shutdown: impl Future<Output = ()>,
+    ) where
+        E: Display,
+        F: Future<Output = Result<Action, E>>,
+    {
+        let Self {
+            what,
+            store,
+            concurrency,
+        } = self;
+        let mut wakes = pin!(wakes.fuse());
+        let mut shutdown = pin!(shutdown.fuse());
+        let mut due = Due::default();
+        let mut running = FuturesUnordered::new();
+        let mut busy = HashSet::new();
+        let mut woken_while_busy = HashSet::new();
+        let (mut stopping, mut wakes_ended) = (false, false);
+        let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
+        let mut armed = None;
+        loop {
+            while !stopping && running.len() < usize::from(concurrency.max(1)) {
+                let Some(reference) = due.pop() else { break };
+                let Some(object) = store.get(&reference) else {
+                    continue;
                 };
-                (reference, action)
-            });
-        }
-        if running.is_empty() && (stopping || (wakes_ended && due.is_empty())) {
-            return;
-        }
-        let next = due.next_timer();
-        if next != armed
-            && let Some(at) = next
-        {
-            timer.as_mut().reset(at);
-        }
-        armed = next;
-        tokio::select! {
-            biased;
-            Some((reference, action)) = running.next(), if !running.is_empty() => {
-                busy.remove(&reference);
-                // A time beyond what a clock can say is no time.
-                if let Some(at) = action.requeue_after.and_then(|a| Instant::now().checked_add(a)) {
-                    due.requeue_at(reference.clone(), at);
-                }
-                if woken_while_busy.remove(&reference) {
-                    due.wake(reference);
-                }
+                busy.insert(reference.clone());
+                let (ctx, reconcile, error_policy) = (ctx.clone(), &reconcile, &error_policy);
+                running.push(async move {
+                    let action = match reconcile(object.clone(), ctx.clone()).await {
+                        Ok(action) => action,
+                        Err(error) => {
+                            tracing::debug!(%error, object = %reference, "{what}");
+                            error_policy(object, &error, ctx)
+                        }
+                    };
+                    (reference, action)
+                });
             }
-            () = &mut shutdown, if !stopping => stopping = true,
-            wake = wakes.next(), if !wakes_ended => match wake {
-                Some(reference) if busy.contains(&reference) => {
-                    woken_while_busy.insert(reference);
+            if running.is_empty() && (stopping || (wakes_ended && due.is_empty())) {
+                return;
+            }
+            let next = due.next_timer();
+            if next != armed
+                && let Some(at) = next
+            {
+                timer.as_mut().reset(at);
+            }
+            armed = next;
+            tokio::select! {
+                biased;
+                Some((reference, action)) = running.next(), if !running.is_empty() => {
+                    busy.remove(&reference);
+                    // A time beyond what a clock can say is no time.
+                    if let Some(at) = action.requeue_after.and_then(|a| Instant::now().checked_add(a)) {
+                        due.requeue_at(reference.clone(), at);
+                    }
+                    if woken_while_busy.remove(&reference) {
+                        due.wake(reference);
+                    }
                 }
-                Some(reference) => due.wake(reference),
-                None => wakes_ended = true,
-            },
-            () = &mut timer, if armed.is_some() => due.expire(Instant::now()),
+                () = &mut shutdown, if !stopping => stopping = true,
+                wake = wakes.next(), if !wakes_ended => match wake {
+                    Some(reference) if busy.contains(&reference) => {
+                        woken_while_busy.insert(reference);
+                    }
+                    Some(reference) => due.wake(reference),
+                    None => wakes_ended = true,
+                },
+                () = &mut timer, if armed.is_some() => due.expire(Instant::now()),
+            }
         }
     }
 }
@@ -195,7 +219,11 @@ impl<T: std::hash::Hash + Eq + Clone> Due<T> {
 
     /// `item` asks to be run again at `at`, unless it is due sooner already.
     fn requeue_at(&mut self, item: T, at: Instant) {
-        if self.queued.get(&item).is_some_and(|&(_, requeued)| requeued) {
+        if self
+            .queued
+            .get(&item)
+            .is_some_and(|&(_, requeued)| requeued)
+        {
             return;
         }
         if let Some(&(earlier, _)) = self.timers.get(&item) {
@@ -327,34 +355,34 @@ mod tests {
     ) -> Arc<Log> {
         let log = Arc::new(Log::default());
         let next = &next;
-        run(
-            "test",
-            store,
-            wakes,
-            concurrency,
-            |object: Arc<ConfigMap>, log: Arc<Log>| async move {
-                let name = object.metadata.name.clone().unwrap();
-                log.push(format!("start {name}"));
-                if !took.is_zero() {
-                    tokio::time::sleep(took).await;
-                }
-                log.push(format!("end {name}"));
-                next(&name)
-            },
-            |object, error: &String, log: Arc<Log>| {
-                log.push(format!("failed {} {error}", object.metadata.name.clone().unwrap()));
-                Action::requeue(Duration::from_secs(1))
-            },
-            log.clone(),
-            std::future::pending(),
-        )
-        .await;
+        Runner::new("test", store, concurrency)
+            .run(
+                wakes,
+                |object: Arc<ConfigMap>, log: Arc<Log>| async move {
+                    let name = object.metadata.name.clone().unwrap();
+                    log.push(format!("start {name}"));
+                    if !took.is_zero() {
+                        tokio::time::sleep(took).await;
+                    }
+                    log.push(format!("end {name}"));
+                    next(&name)
+                },
+                |object, error: &String, log: Arc<Log>| {
+                    log.push(format!(
+                        "failed {} {error}",
+                        object.metadata.name.clone().unwrap()
+                    ));
+                    Action::requeue(Duration::from_secs(1))
+                },
+                log.clone(),
+                std::future::pending(),
+            )
+            .await;
         log
     }
 
     #[tokio::test(start_paused = true)]
-    async fn objects_woken_while_every_slot_is_taken_are_reconciled_in_the_order_they_were_woken()
-    {
+    async fn objects_woken_while_every_slot_is_taken_are_reconciled_in_the_order_they_were_woken() {
         // 200 objects woken over ten seconds, each reconcile a second, two at once: most wait.
         let names: Vec<String> = (0..200).map(|i| format!("cm-{i:03}")).collect();
         let (store, _writer) = store(&names);
@@ -394,15 +422,21 @@ mod tests {
         let runs = Mutex::new(0);
         let started = Instant::now();
         let (log, ()) = tokio::join!(
-            run_all(store, tokio_stream_of(rx), 4, Duration::from_secs(1), |_| {
-                let mut runs = runs.lock().unwrap();
-                *runs += 1;
-                // The first asks for an hour's requeue, which the wake does not wait for.
-                Ok(match *runs {
-                    1 => Action::requeue(Duration::from_secs(3600)),
-                    _ => Action::await_change(),
-                })
-            }),
+            run_all(
+                store,
+                tokio_stream_of(rx),
+                4,
+                Duration::from_secs(1),
+                |_| {
+                    let mut runs = runs.lock().unwrap();
+                    *runs += 1;
+                    // The first asks for an hour's requeue, which the wake does not wait for.
+                    Ok(match *runs {
+                        1 => Action::requeue(Duration::from_secs(3600)),
+                        _ => Action::await_change(),
+                    })
+                }
+            ),
             feeder
         );
         assert_eq!(log.entries(), ["start a", "end a", "start a", "end a"]);
@@ -411,7 +445,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_requeue_runs_the_object_again_after_its_delay_and_a_failure_as_the_error_policy_says()
-    {
+     {
         let names = vec!["ok".to_string(), "failing".to_string()];
         let (store, _writer) = store(&names);
         let wakes = futures::stream::iter(vec![reference("ok"), reference("failing")]);
@@ -467,8 +501,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_woken_object_whose_time_comes_moves_up_and_a_later_requeue_keeps_the_earlier_time()
-    {
+    async fn a_woken_object_whose_time_comes_moves_up_and_a_later_requeue_keeps_the_earlier_time() {
         let mut due = Due::default();
         let start = Instant::now();
         due.wake("backlog");
@@ -518,7 +551,10 @@ mod tests {
         let (store, mut writer) = store(&names);
         writer.apply_watcher_event(&watcher::Event::Delete(config_map("gone")));
         let wakes = futures::stream::iter(vec![reference("gone"), reference("kept")]);
-        let log = run_all(store, wakes, 4, Duration::ZERO, |_| Ok(Action::await_change())).await;
+        let log = run_all(store, wakes, 4, Duration::ZERO, |_| {
+            Ok(Action::await_change())
+        })
+        .await;
         assert_eq!(log.starts(), ["kept"]);
     }
 
@@ -529,26 +565,27 @@ mod tests {
         let wakes = futures::stream::iter(names.iter().map(|n| reference(n)).collect::<Vec<_>>())
             .chain(futures::stream::pending());
         let log = Arc::new(Log::default());
-        run(
-            "test",
-            store,
-            wakes,
-            2,
-            |object: Arc<ConfigMap>, log: Arc<Log>| async move {
-                let name = object.metadata.name.clone().unwrap();
-                log.push(format!("start {name}"));
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                log.push(format!("end {name}"));
-                Ok::<_, String>(Action::await_change())
-            },
-            |_, _: &String, _| Action::await_change(),
-            log.clone(),
-            tokio::time::sleep(Duration::from_secs(1)),
-        )
-        .await;
+        Runner::new("test", store, 2)
+            .run(
+                wakes,
+                |object: Arc<ConfigMap>, log: Arc<Log>| async move {
+                    let name = object.metadata.name.clone().unwrap();
+                    log.push(format!("start {name}"));
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    log.push(format!("end {name}"));
+                    Ok::<_, String>(Action::await_change())
+                },
+                |_, _: &String, _| Action::await_change(),
+                log.clone(),
+                tokio::time::sleep(Duration::from_secs(1)),
+            )
+            .await;
         let mut entries = log.entries();
         entries[2..].sort();
-        assert_eq!(entries, ["start cm-0", "start cm-1", "end cm-0", "end cm-1"]);
+        assert_eq!(
+            entries,
+            ["start cm-0", "start cm-1", "end cm-0", "end cm-1"]
+        );
     }
 
     fn tokio_stream_of<T>(mut rx: mpsc::UnboundedReceiver<T>) -> impl Stream<Item = T> {

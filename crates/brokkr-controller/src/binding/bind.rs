@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::runner::Action;
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::BindRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Map, Value};
 

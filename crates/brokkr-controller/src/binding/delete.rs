@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::secret;

@@ -44,8 +44,8 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt as _;
 use crate::runner::Action;
+use kube::ResourceExt as _;
 
 use crate::context::Context;
 use crate::error::Error;

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use brokkr_osb::client::Poll;
 use brokkr_osb::messages::OperationState;
-use crate::runner::Action;
 
 use super::state::{Expiry, RECHECK, Reconcile};
 use crate::error::Error;

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use brokkr_osb::client::Poll;
 use brokkr_osb::messages::OperationState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::rotate::CONDITION;

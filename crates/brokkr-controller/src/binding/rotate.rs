@@ -23,11 +23,11 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use brokkr_osb::client::Poll;
 use brokkr_osb::messages::{BindRequest, OperationState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 use serde_json::{Map, Value};

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt as _};
 use serde_json::Value;

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use kube::api::DeleteParams;
 use crate::runner::Action;
+use kube::api::DeleteParams;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};

@@ -28,8 +28,8 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::jiff::Timestamp;
 use crate::runner::Action;
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt as _};
 
 mod delete;

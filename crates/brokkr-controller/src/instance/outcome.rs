@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::state::{end_operation, event, reason, remove_finalizer, set, write_status};

@@ -3,9 +3,9 @@
 //! provision or update succeeds, the instance's dashboard URL is fetched where the class allows.
 //! An operation the broker accepted is recorded here too ([`started`]), and polled at once.
 
+use crate::runner::Action;
 use brokkr_osb::client::{Poll, Response};
 use brokkr_osb::messages::{LastOperation, OperationState};
-use crate::runner::Action;
 
 use super::outcome::{
     after_operation, deprovisioned, provisioned, start_orphan_mitigation, update_failed, updated,

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
+use crate::runner::Action;
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::ProvisionRequest;
 use brokkr_osb::{ErrorCode, MaintenanceInfo};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use crate::runner::Action;
 use kube::runtime::events::EventType;
 
 use super::outcome::{RETRY_AFTER_MITIGATION, provisioned, start_orphan_mitigation};

@@ -3,10 +3,10 @@
 //! checksum did, with `previous_values`; an upgrade that is due ([`super::upgrade`]) sends the
 //! plan's `maintenance_info`. A failed update leaves the instance as it was, and usable.
 
+use crate::runner::Action;
 use brokkr_osb::client::Error as OsbError;
 use brokkr_osb::messages::UpdateRequest;
 use brokkr_osb::{ErrorCode, MaintenanceInfo};
-use crate::runner::Action;
 use serde_json::{Map, Value};
 
 use super::outcome::{update_failed, updated};

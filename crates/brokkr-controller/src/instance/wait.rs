@@ -1,8 +1,8 @@
 //! An instance that cannot be provisioned yet, or as it is: parameters that are invalid or wait
 //! for a Secret, a spec the controller refuses, a class or plan not in the catalog yet.
 
-use k8s_openapi::jiff::Timestamp;
 use crate::runner::Action;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
 use super::state::{RECHECK, event, ready_says, reason, set, write_status};
