@@ -83,13 +83,30 @@ impl Context {
     where
         K: crate::cache::Watched,
     {
+        self.controller_with(api, config, |_| {})
+    }
+
+    /// [`Context::controller`], with `also` told each watch event after the cache took it in
+    /// (to keep an index beside it).
+    pub(crate) fn controller_with<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        also: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
+    ) -> Controller<K>
+    where
+        K: crate::cache::Watched,
+    {
         let (reader, writer) = reflector::store();
         let written = self.written.clone();
         let objects = watcher(api, config)
             .default_backoff()
             .modify(|o: &mut K| o.meta_mut().managed_fields = None)
             .reflect(writer)
-            .inspect_ok(move |event| written.watched(event))
+            .inspect_ok(move |event| {
+                written.watched(event);
+                also(event);
+            })
             .applied_objects();
         Controller::for_stream(objects, reader)
             .with_config(controller::Config::default().concurrency(self.concurrency))

@@ -18,12 +18,14 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 
 use crate::cache::{self, BindingChange, SecretChange, Seen};
 use crate::context::Context;
 use crate::finalizer;
+use crate::index::Index;
 use crate::resources::{ServiceBindingUsage, UsageKind};
 
 mod inject;
@@ -75,7 +77,8 @@ pub fn run(
     }
 }
 
-/// The controller of [`run`], woken by `bindings` and `secrets`.
+/// The controller of [`run`], woken by `bindings` and `secrets`. What a change wakes is found
+/// in indexes of the usages, kept from their watch, not by scanning every usage.
 async fn following(
     ctx: Arc<Context>,
     bindings: impl futures::Stream<Item = Seen<Arc<BindingChange>>> + Send + 'static,
@@ -83,52 +86,57 @@ async fn following(
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let client = &ctx.client.clone();
-    let controller = ctx.controller(
+    let by_name = Arc::new(Index::new(names_of));
+    let by_kind = Arc::new(Index::cluster_wide(|u: &ServiceBindingUsage| {
+        vec![u.spec.used_by.kind.clone()]
+    }));
+    let controller = ctx.controller_with(
         ctx.scope.api::<ServiceBindingUsage>(client),
         ctx.scope.watch_config(),
+        {
+            let (by_name, by_kind) = (by_name.clone(), by_kind.clone());
+            move |event| {
+                by_name.apply(event);
+                by_kind.apply(event);
+            }
+        },
     );
     let usages = controller.store();
-    let of_kinds = usages.clone();
     let controller = controller
-        .reconcile_on(cache::waking(usages.clone(), bindings, |usages, change| {
-            let (namespace, name) = (&change.binding.namespace, &change.binding.name);
-            cache::woken(usages, |u| {
-                u.metadata.namespace == *namespace && u.spec.service_binding_ref.name == *name
-            })
+        .reconcile_on(cache::waking(usages.clone(), bindings, {
+            let by_name = by_name.clone();
+            move |_, change| {
+                let binding = &change.binding;
+                filed(&by_name, &binding.namespace, [binding_key(&binding.name)])
+            }
         }))
-        .reconcile_on(cache::waking(usages.clone(), secrets, |usages, change| {
-            let secret = &change.secret;
-            let namespace = secret.namespace();
-            let owners: Vec<String> = secret
-                .owner_references()
-                .iter()
-                .filter(|o| {
-                    o.kind == "ServiceBinding" && o.api_version.starts_with(crate::resources::GROUP)
-                })
-                .map(|o| o.name.clone())
-                .collect();
-            cache::woken(usages, |u| {
-                u.namespace() == namespace && owners.contains(&u.spec.service_binding_ref.name)
-            })
+        .reconcile_on(cache::waking(usages.clone(), secrets, {
+            let by_name = by_name.clone();
+            move |_, change| {
+                let secret = &change.secret;
+                let owners = secret
+                    .owner_references()
+                    .iter()
+                    .filter(|o| {
+                        o.kind == "ServiceBinding"
+                            && o.api_version.starts_with(crate::resources::GROUP)
+                    })
+                    .map(|o| binding_key(&o.name));
+                filed(&by_name, &secret.metadata.namespace, owners)
+            }
         }))
         .watches(
             Api::<UsageKind>::all(client.clone()),
             watcher::Config::default(),
-            move |kind| {
-                let name = kind.name_any();
-                cache::woken(&of_kinds, |u| u.spec.used_by.kind == name)
-            },
+            move |kind| by_kind.get("", &kind.name_any()),
         )
         // A workload that appears, goes or changes wakes the usages that name it.
         .reconcile_on(cache::waking(
             usages,
             ctx.workloads.changes(),
-            |usages, change| {
-                let (namespace, name) = (&change.metadata.namespace, &change.metadata.name);
-                cache::woken(usages, |u| {
-                    u.metadata.namespace == *namespace
-                        && Some(&u.spec.used_by.name) == name.as_ref()
-                })
+            move |_, change| {
+                let name = change.metadata.name.as_deref().map(workload_key);
+                filed(&by_name, &change.metadata.namespace, name)
             },
         ))
         .graceful_shutdown_on(shutdown.clone())
@@ -139,6 +147,36 @@ async fn following(
             }
         });
     crate::context::stopping_on(controller, shutdown).await;
+}
+
+/// What a usage is indexed under within its namespace: the ServiceBinding it uses and the
+/// name of the workload it injects into (of whatever kind: a change to any workload of that
+/// name wakes it, as its kind may be the one).
+fn names_of(usage: &ServiceBindingUsage) -> Vec<String> {
+    vec![
+        binding_key(&usage.spec.service_binding_ref.name),
+        workload_key(&usage.spec.used_by.name),
+    ]
+}
+
+/// The usages of `namespace` filed in `index` under any of `keys`.
+fn filed(
+    index: &Index<ServiceBindingUsage>,
+    namespace: &Option<String>,
+    keys: impl IntoIterator<Item = String>,
+) -> Vec<ObjectRef<ServiceBindingUsage>> {
+    let namespace = namespace.as_deref().unwrap_or_default();
+    keys.into_iter()
+        .flat_map(|key| index.get(namespace, &key))
+        .collect()
+}
+
+fn binding_key(name: &str) -> String {
+    format!("binding/{name}")
+}
+
+fn workload_key(name: &str) -> String {
+    format!("workload/{name}")
 }
 
 async fn reconcile_inner(usage: &ServiceBindingUsage, ctx: &Context) -> Result<Action, Error> {
