@@ -44,6 +44,7 @@ use kube::{Api, Client, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::catalog_index::CatalogIndex;
 use crate::index::Index;
 use crate::instance_views::InstanceViews;
 use crate::resources::{
@@ -96,6 +97,8 @@ pub struct Caches {
     instances_by_id: Arc<Index<ServiceInstance>>,
     /// What the bindings of each instance read of it.
     instance_views: Arc<InstanceViews>,
+    /// The classes and plans of both scopes by the names an instance may give them.
+    pub catalog: Arc<CatalogIndex>,
 }
 
 /// Changes, as broadcast: what an object created, changed or deleted says, or `None` when its
@@ -232,6 +235,7 @@ impl Default for Caches {
             instances_by_id: Arc::new(Index::cluster_wide(|i| {
                 vec![crate::identity::instance_id(i)]
             })),
+            catalog: Arc::default(),
         }
     }
 }
@@ -456,18 +460,25 @@ impl Caches {
                 config.clone(),
                 w.classes,
                 |c: &mut ServiceClass| slim_catalog_entry(c, |c| &mut c.spec.common),
-                drop,
+                {
+                    let catalog = self.catalog.clone();
+                    move |event| catalog.class_event(&event)
+                },
             ),
             reflect_with(
                 scope.api(client),
                 config.clone(),
                 w.plans,
                 |p: &mut ServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
-                move |event| {
-                    broadcast(&plans, event, |p: ServicePlan, _| PlanChange {
-                        namespace: p.metadata.namespace,
-                        external_id: p.spec.common.external_id,
-                    });
+                {
+                    let catalog = self.catalog.clone();
+                    move |event| {
+                        catalog.plan_event(&event);
+                        broadcast(&plans, event, |p: ServicePlan, _| PlanChange {
+                            namespace: p.metadata.namespace,
+                            external_id: p.spec.common.external_id,
+                        });
+                    }
                 },
             ),
             reflect(
@@ -493,20 +504,27 @@ impl Caches {
                     all(),
                     w.cluster_classes,
                     |c: &mut ClusterServiceClass| slim_catalog_entry(c, |c| &mut c.spec.common),
-                    drop,
+                    {
+                        let catalog = self.catalog.clone();
+                        move |event| catalog.cluster_class_event(&event)
+                    },
                 ),
                 reflect_with(
                     Api::all(client.clone()),
                     all(),
                     w.cluster_plans,
                     |p: &mut ClusterServicePlan| slim_catalog_entry(p, |p| &mut p.spec.common),
-                    move |event| {
-                        broadcast(&cluster_plans, event, |p: ClusterServicePlan, _| {
-                            PlanChange {
-                                namespace: None,
-                                external_id: p.spec.common.external_id,
-                            }
-                        });
+                    {
+                        let catalog = self.catalog.clone();
+                        move |event| {
+                            catalog.cluster_plan_event(&event);
+                            broadcast(&cluster_plans, event, |p: ClusterServicePlan, _| {
+                                PlanChange {
+                                    namespace: None,
+                                    external_id: p.spec.common.external_id,
+                                }
+                            });
+                        }
                     },
                 ),
                 reflect(namespaces, all(), w.namespaces, drop),

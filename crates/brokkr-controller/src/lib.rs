@@ -18,6 +18,7 @@
 //! - [`run`]: every controller, until a shutdown signal;
 //! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;
 //! - [`cache`]: the watch caches reconciles read instead of the API server;
+//! - [`catalog_index`]: classes and plans by the names an instance gives them;
 //! - [`runner`]: the instance and binding controllers' reconciles, run in the order they fell
 //!   due;
 //! - [`Scope`]: which namespaces one run serves;
@@ -39,6 +40,7 @@ pub mod broker;
 pub mod broker_kind;
 pub mod broker_policy;
 pub mod cache;
+pub mod catalog_index;
 mod conditions;
 pub mod context;
 pub mod error;

@@ -12,6 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};
 
 use crate::broker_kind::BrokerKind;
+use crate::catalog_index::CatalogName;
 use crate::context::Context;
 use crate::error::Error;
 use crate::identity;
@@ -75,10 +76,12 @@ impl Named {
         }
     }
 
-    fn matches(&self, name: &str, external_name: &str, external_id: &str) -> bool {
-        self.external_name.as_deref() == Some(external_name)
-            || self.external_id.as_deref() == Some(external_id)
-            || self.name.as_deref() == Some(name)
+    /// The names it gives, to look up in that order.
+    fn names(&self) -> Vec<CatalogName<'_>> {
+        let external = self.external_name.as_deref().map(CatalogName::External);
+        let id = self.external_id.as_deref().map(CatalogName::Id);
+        let resource = self.name.as_deref().map(CatalogName::Resource);
+        [external, id, resource].into_iter().flatten().collect()
     }
 
     /// What it names, for messages.
@@ -103,60 +106,49 @@ struct PlanEntry {
     spec: CommonServicePlanSpec,
 }
 
-/// The class of the instance's scope that `by` names, from the caches.
+/// The class of the instance's scope that `by` names, from the caches' catalog index.
 fn find_class(ctx: &Context, cluster: bool, ns: &str, by: &Named) -> Option<ClassEntry> {
     let removed = |s: Option<&ServiceClassStatus>| s.is_some_and(|s| s.removed_from_broker_catalog);
-    let matches = |name: String, spec: &CommonServiceClassSpec| {
-        by.matches(&name, &spec.external_name, &spec.external_id)
-            .then_some(name)
-    };
+    let (caches, names) = (&ctx.caches, by.names());
     if cluster {
-        ctx.caches
-            .cluster_classes
-            .state()
-            .into_iter()
-            .find_map(|c| {
-                Some(ClassEntry {
-                    name: matches(c.name_any(), &c.spec.common)?,
-                    removed: removed(c.status.as_ref()),
-                    broker: c.spec.cluster_service_broker_name.clone(),
-                    spec: c.spec.common.clone(),
-                })
-            })
+        let c = caches
+            .catalog
+            .cluster_class(&caches.cluster_classes, &names)?;
+        Some(ClassEntry {
+            name: c.name_any(),
+            removed: removed(c.status.as_ref()),
+            broker: c.spec.cluster_service_broker_name.clone(),
+            spec: c.spec.common.clone(),
+        })
     } else {
-        ctx.caches.classes.state().into_iter().find_map(|c| {
-            (c.namespace().as_deref() == Some(ns)).then_some(())?;
-            Some(ClassEntry {
-                name: matches(c.name_any(), &c.spec.common)?,
-                removed: removed(c.status.as_ref()),
-                broker: c.spec.service_broker_name.clone(),
-                spec: c.spec.common.clone(),
-            })
+        let c = caches.catalog.class(&caches.classes, ns, &names)?;
+        Some(ClassEntry {
+            name: c.name_any(),
+            removed: removed(c.status.as_ref()),
+            broker: c.spec.service_broker_name.clone(),
+            spec: c.spec.common.clone(),
         })
     }
 }
 
-/// The plan of the class `class` that `by` names, from the caches.
+/// The plan of the class `class` that `by` names, from the caches' catalog index.
 fn find_plan(ctx: &Context, cluster: bool, ns: &str, class: &str, by: &Named) -> Option<PlanEntry> {
-    let matches = |name: String, spec: &CommonServicePlanSpec| {
-        by.matches(&name, &spec.external_name, &spec.external_id)
+    let (caches, names) = (&ctx.caches, by.names());
+    let spec = match cluster {
+        true => caches
+            .catalog
+            .cluster_plan(&caches.cluster_plans, class, &names)?
+            .spec
+            .common
+            .clone(),
+        false => caches
+            .catalog
+            .plan(&caches.plans, ns, class, &names)?
+            .spec
+            .common
+            .clone(),
     };
-    if cluster {
-        ctx.caches.cluster_plans.state().into_iter().find_map(|p| {
-            (p.spec.cluster_service_class_ref.name == class).then_some(())?;
-            matches(p.name_any(), &p.spec.common).then(|| PlanEntry {
-                spec: p.spec.common.clone(),
-            })
-        })
-    } else {
-        ctx.caches.plans.state().into_iter().find_map(|p| {
-            (p.namespace().as_deref() == Some(ns) && p.spec.service_class_ref.name == class)
-                .then_some(())?;
-            matches(p.name_any(), &p.spec.common).then(|| PlanEntry {
-                spec: p.spec.common.clone(),
-            })
-        })
-    }
+    Some(PlanEntry { spec })
 }
 
 /// The broker resource whose catalog holds the instance's class, e.g. `ClusterServiceBroker/db`,
