@@ -19,6 +19,7 @@
 //! - [`url_policy`]: which addresses a namespaced ServiceBroker may point the controller at;
 //! - [`cache`]: the watch caches reconciles read instead of the API server;
 //! - [`catalog_index`]: classes and plans by the names an instance gives them;
+//! - [`changes`]: the changes the caches broadcast, and what a follower wakes for each;
 //! - [`runner`]: the instance and binding controllers' reconciles, run in the order they fell
 //!   due;
 //! - [`Scope`]: which namespaces one run serves;
@@ -41,6 +42,7 @@ pub mod broker_kind;
 pub mod broker_policy;
 pub mod cache;
 pub mod catalog_index;
+pub mod changes;
 mod conditions;
 pub mod context;
 pub mod error;
@@ -140,21 +142,21 @@ fn instance_controller(
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = ctx.caches.instances.clone();
     let wakes = futures::stream::select_all([
-        cache::waking(store.clone(), ctx.caches.instance_changes(), |_, c| {
-            cache::unless_own(&c.instance, c.own_write)
+        changes::waking(store.clone(), ctx.caches.instance_changes(), |_, c| {
+            changes::unless_own(&c.instance, c.own_write)
         })
         .boxed(),
-        cache::waking(store.clone(), ctx.caches.secret_changes(), {
+        changes::waking(store.clone(), ctx.caches.secret_changes(), {
             let ctx = ctx.clone();
             move |_, change| ctx.caches.instances_of_secret(&change.secret)
         })
         .boxed(),
-        cache::waking(store.clone(), ctx.caches.plan_changes(), {
+        changes::waking(store.clone(), ctx.caches.plan_changes(), {
             let ctx = ctx.clone();
             move |_, plan| ctx.caches.instances_of_plan(&plan)
         })
         .boxed(),
-        cache::waking(
+        changes::waking(
             store.clone(),
             ctx.caches.binding_changes(),
             |_, binding| match binding.gone {
@@ -176,7 +178,7 @@ fn instance_controller(
 /// The binding controller: woken by its bindings' changes, by a Secret they read
 /// (`parametersFrom`, `addKeysFrom`) or own and that was deleted, and by their instance's
 /// changes that concern them (one that becomes Ready, fails, or goes:
-/// [`cache::InstanceChange::concerns_bindings`]). Where changes may have been missed (a relist,
+/// [`changes::InstanceChange::concerns_bindings`]). Where changes may have been missed (a relist,
 /// the controller's start), a binding that only waits for its instance is left to that
 /// instance's next change ([`binding::waits_for_its_instance`]).
 fn binding_controller(
@@ -187,20 +189,20 @@ fn binding_controller(
     let missed = |ctx: &Arc<Context>| {
         let ctx = ctx.clone();
         move |bindings: &Store<ServiceBinding>| {
-            cache::woken(bindings, |b| {
+            changes::woken(bindings, |b| {
                 !binding::waits_for_its_instance(b, &ctx.caches)
             })
         }
     };
     let wakes = futures::stream::select_all([
-        cache::waking_or(
+        changes::waking_or(
             store.clone(),
             ctx.caches.binding_changes(),
-            |_, c| cache::unless_own(&c.binding, c.own_write),
+            |_, c| changes::unless_own(&c.binding, c.own_write),
             missed(ctx),
         )
         .boxed(),
-        cache::waking_or(
+        changes::waking_or(
             store.clone(),
             ctx.caches.secret_changes(),
             {
@@ -210,7 +212,7 @@ fn binding_controller(
             missed(ctx),
         )
         .boxed(),
-        cache::waking_or(
+        changes::waking_or(
             store.clone(),
             ctx.caches.instance_changes(),
             {

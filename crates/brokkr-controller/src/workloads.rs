@@ -41,12 +41,12 @@ pub struct WorkloadChange {
 }
 
 /// What a subscriber gets: a workload's change, or word that it missed some.
-pub type Seen = crate::cache::Seen<Arc<WorkloadChange>>;
+pub type Seen = crate::changes::Seen<Arc<WorkloadChange>>;
 
 /// The workload kinds watched, and the changes seen.
 pub struct Workloads {
     watched: Mutex<HashMap<(String, String, String), tokio::task::JoinHandle<()>>>,
-    changes: crate::cache::Broadcast<WorkloadChange>,
+    changes: crate::changes::Broadcast<WorkloadChange>,
     /// The kinds discovered so far (a kind once served stays served for the controller's
     /// purposes; a request to a kind removed since fails like one to a missing workload).
     discovered: Mutex<HashMap<GroupVersionKind, ApiResource>>,
@@ -114,7 +114,7 @@ impl Workloads {
             .for_each(move |event| {
                 match event {
                     Ok(event) => {
-                        crate::cache::broadcast(&sender, event, |object, _| WorkloadChange {
+                        crate::changes::broadcast(&sender, event, |object, _| WorkloadChange {
                             resource: resource.clone(),
                             metadata: object.metadata,
                         })
@@ -128,7 +128,7 @@ impl Workloads {
 
     /// The changes seen from now on.
     pub fn changes(&self) -> impl futures::Stream<Item = Seen> + Send + 'static {
-        crate::cache::follow(&self.changes)
+        crate::changes::follow(&self.changes)
     }
 }
 

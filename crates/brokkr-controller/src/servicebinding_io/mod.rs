@@ -34,7 +34,7 @@ mod projection;
 mod service;
 mod status;
 
-use crate::cache;
+use crate::changes;
 use crate::context::{Context, stopping_on};
 use crate::finalizer;
 use crate::projector::Projection;
@@ -69,10 +69,10 @@ pub async fn run(
     let bindings = controller.store();
     let controller = controller
         // A service or workload that appears, goes or changes wakes the bindings it concerns.
-        .reconcile_on(cache::waking(
+        .reconcile_on(changes::waking(
             bindings,
             ctx.workloads.changes(),
-            |bindings, change| cache::woken(bindings, |b| concerns(b, &change)),
+            |bindings, change| changes::woken(bindings, |b| concerns(b, &change)),
         ))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)

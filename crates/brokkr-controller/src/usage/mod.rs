@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 
-use crate::cache::{self, BindingChange, SecretChange, Seen};
+use crate::changes::{self, BindingChange, SecretChange, Seen};
 use crate::context::Context;
 use crate::finalizer;
 use crate::index::Index;
@@ -103,14 +103,14 @@ async fn following(
     );
     let usages = controller.store();
     let controller = controller
-        .reconcile_on(cache::waking(usages.clone(), bindings, {
+        .reconcile_on(changes::waking(usages.clone(), bindings, {
             let by_name = by_name.clone();
             move |_, change| {
                 let binding = &change.binding;
                 filed(&by_name, &binding.namespace, [binding_key(&binding.name)])
             }
         }))
-        .reconcile_on(cache::waking(usages.clone(), secrets, {
+        .reconcile_on(changes::waking(usages.clone(), secrets, {
             let by_name = by_name.clone();
             move |_, change| {
                 let secret = &change.secret;
@@ -131,7 +131,7 @@ async fn following(
             move |kind| by_kind.get("", &kind.name_any()),
         )
         // A workload that appears, goes or changes wakes the usages that name it.
-        .reconcile_on(cache::waking(
+        .reconcile_on(changes::waking(
             usages,
             ctx.workloads.changes(),
             move |_, change| {
