@@ -1,5 +1,5 @@
-//! The controllers' Prometheus metrics: reconciles and their errors by controller, and OSB calls
-//! by verb and status.
+//! The controllers' Prometheus metrics: reconciles and their errors by controller, OSB calls by
+//! verb and status, and writes that met another writer's change.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -36,6 +36,7 @@ pub struct Metrics {
     reconcile_errors: Family<ControllerLabels, Counter>,
     osb_calls: Family<OsbCallLabels, Counter>,
     released_with_namespace: Family<KindLabels, Counter>,
+    conflicts: Family<ControllerLabels, Counter>,
 }
 
 impl Metrics {
@@ -59,7 +60,22 @@ impl Metrics {
             "Instances and bindings released without their broker because their namespace's deletion waited too long; the broker may keep what they were",
             metrics.released_with_namespace.clone(),
         );
+        sub.register(
+            "conflicts",
+            "Writes refused because their object (a workload, or the controller's own object) changed after it was read; an ordinary conflict, made again on the newer version, not a reconcile error",
+            metrics.conflicts.clone(),
+        );
         metrics
+    }
+
+    /// Counts one write of `controller` refused because its object changed after it was read
+    /// (an ordinary conflict, not a reconcile error).
+    pub fn conflict(&self, controller: &str) {
+        self.conflicts
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one reconcile of `controller`, failed or not.

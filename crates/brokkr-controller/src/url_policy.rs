@@ -12,7 +12,9 @@
 //! (`0.0.0.0/8`, `::`), multicast and broadcast, AWS's IPv6 metadata address `fd00:ec2::254`,
 //! and the controller's own addresses (its pod's IPs, the API server's address it was
 //! configured with and the addresses the API server advertises, see
-//! [`UrlPolicy::follow_api_server`]). An allow list of networks re-allows any of these, and host
+//! [`UrlPolicy::follow_api_server`]: the `discovery.k8s.io/v1` EndpointSlices of the Service
+//! `default/kubernetes`, or, on an API server that does not serve that version (Kubernetes
+//! 1.20), the core `v1` Endpoints of that Service). An allow list of networks re-allows any of these, and host
 //! names on it are not checked at all; a deny list adds networks refused whatever the allow list
 //! says, and the controller's own listening socket (its metrics port) is always refused.
 //!
@@ -26,6 +28,8 @@ use std::time::Duration;
 use brokkr_osb::client::AddressFilter;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::ListParams;
 use kube::{Api, Client};
 
 /// The networks refused by default.
@@ -167,48 +171,90 @@ impl UrlPolicy {
         *self.advertised.write().expect("lock") = addresses;
     }
 
-    /// Reads the addresses the API server advertises, from the Endpoints `default/kubernetes`
-    /// (none if they do not exist), and refuses them from now on.
-    pub async fn read_api_server_addresses(&self, client: &Client) -> Result<(), kube::Error> {
-        let endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
-            .get_opt("kubernetes")
-            .await?;
-        let addresses = endpoints
+    /// Reads the addresses the API server advertises and refuses them from now on: every
+    /// address of the `discovery.k8s.io/v1` EndpointSlices labelled
+    /// `kubernetes.io/service-name=kubernetes` in `default` (ready or not), or, where the API
+    /// server does not serve that version (404: Kubernetes 1.20, which has only `v1beta1`), of
+    /// the core `v1` Endpoints `default/kubernetes`, which every version writes. So a current
+    /// API server is never asked for the deprecated Endpoints. None advertised (an API server
+    /// without its endpoint reconciler) refuses none. Returns where the addresses came from.
+    pub async fn read_api_server_addresses(
+        &self,
+        client: &Client,
+    ) -> Result<AdvertisedBy, kube::Error> {
+        let slices = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+            .list(&ListParams::default().labels(API_SERVER_SLICES))
+            .await;
+        let (addresses, source): (Vec<String>, _) = match slices {
+            Ok(slices) => (
+                slices
+                    .items
+                    .into_iter()
+                    .flat_map(|slice| slice.endpoints)
+                    .flat_map(|endpoint| endpoint.addresses)
+                    .collect(),
+                AdvertisedBy::EndpointSlices,
+            ),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
+                    .get_opt("kubernetes")
+                    .await?;
+                (
+                    endpoints
+                        .into_iter()
+                        .flat_map(|e| e.subsets.into_iter().flatten())
+                        .flat_map(|s| {
+                            let ready = s.addresses.into_iter().flatten();
+                            ready.chain(s.not_ready_addresses.into_iter().flatten())
+                        })
+                        .map(|a| a.ip)
+                        .collect(),
+                    AdvertisedBy::Endpoints,
+                )
+            }
+            Err(e) => return Err(e),
+        };
+        // An EndpointSlice of address type FQDN holds names: not addresses to refuse.
+        let addresses = addresses
             .iter()
-            .flat_map(|e| e.subsets.iter().flatten())
-            .flat_map(|s| {
-                s.addresses
-                    .iter()
-                    .flatten()
-                    .chain(s.not_ready_addresses.iter().flatten())
-            })
-            .filter_map(|a| a.ip.parse::<IpAddr>().ok())
+            .filter_map(|a| a.parse::<IpAddr>().ok())
             .collect();
         self.set_api_server_addresses(addresses);
-        Ok(())
+        Ok(source)
     }
 
-    /// Reads the addresses the API server advertises now, then again every
-    /// [`API_SERVER_REREAD`] in the task returned, until it is aborted. A failed read (an
-    /// install that may not read `default/kubernetes`, say) keeps the addresses read before,
-    /// if any; the log says so once, until a read succeeds again.
-    pub async fn follow_api_server(&self, client: Client) -> tokio::task::JoinHandle<()> {
+    /// Reads the addresses the API server advertises now, then again every `every` (the
+    /// controller: [`API_SERVER_REREAD`]) in the task returned, until it is aborted. A failed
+    /// read (an install that may not read them, say) keeps the addresses read before, if any;
+    /// the log says so once, until a read succeeds again.
+    pub async fn follow_api_server(
+        &self,
+        client: Client,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
         let policy = self.clone();
         let mut failing = policy.reread(&client, false).await;
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(API_SERVER_REREAD).await;
+                tokio::time::sleep(every).await;
                 failing = policy.reread(&client, failing).await;
             }
         })
     }
 
-    /// One read of [`UrlPolicy::follow_api_server`]: whether it failed.
+    /// One read of [`UrlPolicy::follow_api_server`]: whether it failed. The log says what
+    /// was read when it differs from what was read before.
     async fn reread(&self, client: &Client, failing: bool) -> bool {
+        let before = self.advertised.read().expect("lock").clone();
         match self.read_api_server_addresses(client).await {
-            Ok(()) => {
-                if failing {
-                    tracing::info!("the Endpoints default/kubernetes are read again");
+            Ok(source) => {
+                let now = self.advertised.read().expect("lock").clone();
+                if failing || now != before {
+                    tracing::info!(
+                        from = ?source,
+                        addresses = ?now,
+                        "the addresses the API server advertises, refused to namespaced brokers"
+                    );
                 }
                 false
             }
@@ -216,10 +262,11 @@ impl UrlPolicy {
                 if !failing {
                     tracing::warn!(
                         error = %e,
-                        "cannot read the Endpoints default/kubernetes: the addresses the API \
-                         server advertises are not refused to namespaced brokers (only those \
-                         read before, and its address in the controller's configuration); \
-                         grant `get` on them, or refuse them with --broker-url-deny"
+                        "cannot read the addresses the API server advertises (the \
+                         EndpointSlices of the Service default/kubernetes): they are not refused \
+                         to namespaced brokers (only those read before, and its address in the \
+                         controller's configuration); grant `list` on them, or refuse them with \
+                         --broker-url-deny"
                     );
                 }
                 true
@@ -243,6 +290,19 @@ impl UrlPolicy {
 
 /// How often the API server's advertised addresses are read again.
 pub const API_SERVER_REREAD: Duration = Duration::from_secs(30);
+
+/// The label selector of the EndpointSlices the API server writes for itself.
+pub const API_SERVER_SLICES: &str = "kubernetes.io/service-name=kubernetes";
+
+/// Where the API server's advertised addresses were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvertisedBy {
+    /// `discovery.k8s.io/v1` EndpointSlices (Kubernetes 1.21 and later).
+    EndpointSlices,
+    /// The core `v1` Endpoints `default/kubernetes`, on an API server that does not serve
+    /// EndpointSlices at `discovery.k8s.io/v1`.
+    Endpoints,
+}
 
 /// The IPv4 addresses an IPv6 address carries, by the standard ways of embedding one, which
 /// reach (or may be translated to) that IPv4 address:

@@ -10,6 +10,9 @@
 //! objects to reconcile; a subscriber that falls behind is told so and reconciles everything it
 //! may have missed, and so does every subscriber when a watch lists its kind (at its start, or
 //! after it lost its place) instead of hearing of each workload listed.
+//!
+//! [`edit`] is how both controllers change a workload: a JSON patch guarded by the version it
+//! was computed from, made anew when another writer came in between.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +28,7 @@ use kube::{Api, Client, ResourceExt as _};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::metrics::Metrics;
 use crate::projector;
 use crate::scope::Scope;
 
@@ -143,20 +147,103 @@ pub enum Error {
     Projector(#[from] projector::Error),
 }
 
+impl Error {
+    /// Whether the API server refused a write because the object changed after it was read:
+    /// 409 Conflict, or 422 Invalid because a JSON patch's `test` failed (as a finalizer's or a
+    /// workload's guarded patch does). An ordinary conflict: the watch brings the newer version.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(e)) => {
+                e.code == 409 || (e.code == 422 && e.message.contains("test failed"))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// How soon a reconcile whose write met a newer version of its object looks again (the watch
+/// delivering that version wakes it sooner).
+pub const CONFLICT_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl From<projector::PathError> for Error {
     fn from(e: projector::PathError) -> Self {
         Error::Projector(e.into())
     }
 }
 
+/// How many times one workload edit is sent, each after reading the workload again, while
+/// other writers keep changing it between the read and the patch.
+const EDIT_ATTEMPTS: usize = 5;
+
+/// Who edits a workload: the controller named in the log and in the conflicts metric.
+#[derive(Clone, Copy)]
+pub(crate) struct Editor<'a> {
+    pub metrics: &'a Metrics,
+    /// The controller's name, as in `brokkr_controller_reconciles_total`.
+    pub controller: &'a str,
+}
+
+/// Applies `change` to `workload` (given the object as read and its JSON to edit) and sends
+/// exactly the difference, if there is one, as a JSON patch that first tests the
+/// `resourceVersion` it was computed from, so that an edit made meanwhile is never lost.
+///
+/// A patch refused because the workload changed after it was read — 409 Conflict, or 422
+/// Invalid because its test of the version failed (how the API server answers a failed JSON
+/// patch `test`) — is an ordinary conflict, as when a Deployment's own controller writes its
+/// status while brokkr edits its pod template: the workload is read again and the edit made
+/// anew at once, logged at debug and counted in `brokkr_controller_conflicts_total`,
+/// up to [`EDIT_ATTEMPTS`] sends. A 422 with the version unchanged is a refusal of the edit
+/// itself, returned as it is. Returns what `change` returned for the version patched, or
+/// `None` when the workload went meanwhile.
+pub(crate) async fn edit<T>(
+    api: &Api<DynamicObject>,
+    workload: DynamicObject,
+    editor: Editor<'_>,
+    mut change: impl FnMut(&DynamicObject, &mut Value) -> Result<T, projector::Error>,
+) -> Result<Option<T>, Error> {
+    let mut object = workload;
+    let mut attempt = 1;
+    loop {
+        let before = serde_json::to_value(&object).expect("a JSON object");
+        let mut after = before.clone();
+        let changed = change(&object, &mut after)?;
+        let refused = match send(api, &object, &before, &after).await {
+            Ok(()) => return Ok(Some(changed)),
+            Err(kube::Error::Api(e)) if attempt < EDIT_ATTEMPTS && [409, 422].contains(&e.code) => {
+                e
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(current) = api.get_opt(&object.name_any()).await? else {
+            return Ok(None);
+        };
+        let read = object.metadata.resource_version.as_deref();
+        if refused.code == 422 && current.metadata.resource_version.as_deref() == read {
+            return Err(kube::Error::Api(refused).into());
+        }
+        editor.metrics.conflict(editor.controller);
+        tracing::debug!(
+            controller = editor.controller,
+            namespace = %object.namespace().unwrap_or_default(),
+            workload = %object.name_any(),
+            read = read.unwrap_or_default(),
+            now = current.metadata.resource_version.as_deref().unwrap_or_default(),
+            status = refused.code,
+            "the workload changed after it was read: editing it again"
+        );
+        object = current;
+        attempt += 1;
+    }
+}
+
 /// Sends the difference between `before` and `after`, if any, as a JSON patch that first tests
-/// the `resourceVersion` it was computed from, so that an edit made meanwhile is never lost.
-pub(crate) async fn patch(
+/// the `resourceVersion` of `object`.
+async fn send(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
     before: &Value,
     after: &Value,
-) -> Result<(), Error> {
+) -> Result<(), kube::Error> {
     let diff = json_patch::diff(before, after);
     if diff.0.is_empty() {
         return Ok(());

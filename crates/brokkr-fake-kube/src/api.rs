@@ -271,6 +271,9 @@ fn object(
     status_only: bool,
 ) -> Response {
     let what = format!("{} \"{}\"", def.plural, key.3);
+    if *request.method == Method::PATCH {
+        state.interfere(&key);
+    }
     let before = state.objects.get(&key).cloned();
     match *request.method {
         Method::GET => match before {
@@ -361,7 +364,13 @@ fn change(request: &Request<'_>, mut base: Value) -> Result<Value, Refusal> {
             _ => true,
         });
         json_patch::patch(&mut base, &patch).map_err(|e| {
-            let message = format!("JSON patch: {e}");
+            // As a real server (evanphx/json-patch) words a failed `test`.
+            let message = match e.kind {
+                json_patch::PatchErrorKind::TestFailed => {
+                    format!("testing value {} failed: test failed", e.path)
+                }
+                _ => format!("JSON patch: {e}"),
+            };
             (StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
         })?;
         return Ok(base);

@@ -5,7 +5,11 @@
 //! [`FakeCluster::add_kind`] (CRDs included; common built-in kinds are registered from the start):
 //!
 //! - discovery (`/api`, `/apis`, each group version's resource list, with a `status`
-//!   subresource for every kind);
+//!   subresource for every kind); [`FakeCluster::stop_serving`] takes a kind away, as an older
+//!   API server would not serve it;
+//! - the API server's advertised addresses, written as its endpoint reconciler would
+//!   ([`FakeCluster::advertise_api_server`]: the Endpoints and the EndpointSlice
+//!   `default/kubernetes`);
 //! - GET; LIST with label selectors (`k=v`, `k==v`, `k!=v`, `k`, `!k`) and field selectors
 //!   (`metadata.name=…`, any dotted field, `=`, `==` or `!=`), answering with the list's
 //!   `metadata.resourceVersion`;
@@ -23,7 +27,9 @@
 //!   server); on objects and on their `/status`, which changes only
 //!   `status` while the object's own path leaves `status` alone;
 //! - optimistic concurrency: a PUT or a patch that carries a `metadata.resourceVersion` other
-//!   than the stored one gets 409 Conflict;
+//!   than the stored one gets 409 Conflict (a JSON patch whose `test` fails, 422 Invalid);
+//!   [`FakeCluster::change_before_patch`] plays another writer that changes an object between
+//!   a client's read and its patch;
 //! - DELETE: an object with `metadata.finalizers` is only marked (`deletionTimestamp`, the time
 //!   of the deletion) until its finalizers are removed, which then deletes it; deleting a
 //!   namespace deletes what is in it the same way, and the namespace itself stays (marked deleted, `status.phase: Terminating`,
@@ -87,6 +93,14 @@ const BUILT_IN: &[(&str, &str, &str, &str, bool)] = &[
         true,
     ),
     ("", "v1", "Pod", "pods", true),
+    ("", "v1", "Endpoints", "endpoints", true),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        true,
+    ),
     ("apps", "v1", "StatefulSet", "statefulsets", true),
     ("apps", "v1", "Deployment", "deployments", true),
     ("batch", "v1", "Job", "jobs", true),
@@ -135,6 +149,45 @@ impl FakeCluster {
             plural: plural.into(),
             namespaced,
         });
+    }
+
+    /// Stops serving a kind at `group`/`version`, as an API server of a version that does not
+    /// serve it: requests to it get 404, and discovery no longer lists it.
+    pub fn stop_serving(&self, group: &str, version: &str, plural: &str) {
+        self.lock()
+            .kinds
+            .retain(|k| !(k.group == group && k.version == version && k.plural == plural));
+    }
+
+    /// Advertises `addresses` as the API server's own, as its endpoint reconciler does: the
+    /// core `v1` Endpoints `default/kubernetes` and, where `discovery.k8s.io/v1` is served, the
+    /// EndpointSlice `default/kubernetes` labelled `kubernetes.io/service-name: kubernetes`.
+    pub fn advertise_api_server(&self, addresses: &[&str]) {
+        let port = json!({"name": "https", "port": 6443, "protocol": "TCP"});
+        self.create(json!({"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": addresses.iter().map(|a| json!({"ip": a})).collect::<Vec<_>>(),
+                         "ports": [port]}]}));
+        let slices_served = self
+            .lock()
+            .kinds
+            .iter()
+            .any(|k| k.group == "discovery.k8s.io" && k.version == "v1");
+        if slices_served {
+            let ipv6 = addresses.first().is_some_and(|a| a.contains(':'));
+            let address_type = if ipv6 { "IPv6" } else { "IPv4" };
+            self.create(
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                    "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": address_type,
+                "endpoints": addresses.iter()
+                    .map(|a| json!({"addresses": [a], "conditions": {"ready": true}}))
+                    .collect::<Vec<_>>(),
+                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}),
+            );
+        }
     }
 
     /// Serves the kind a CustomResourceDefinition defines, at its storage version (the fake
@@ -242,6 +295,30 @@ impl FakeCluster {
     ) {
         self.update(api_version, kind, ns, name, |o| {
             o["metadata"]["finalizers"] = json!(finalizers);
+        });
+    }
+
+    /// Before each of the next `times` PATCH requests to the object is served, changes it with
+    /// `change` as another writer would (a new `resourceVersion`, an event for its watchers): the
+    /// patch meets a version other than the one its sender read, as when a Deployment's own
+    /// controller writes between a read and a patch.
+    pub fn change_before_patch(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        times: usize,
+        change: impl FnMut(&mut Value) + Send + 'static,
+    ) {
+        let mut state = self.lock();
+        let key = state
+            .key(api_version, kind, ns, name)
+            .expect("a registered kind");
+        state.interferences.push(store::Interference {
+            key,
+            remaining: times,
+            change: Box::new(change),
         });
     }
 

@@ -57,6 +57,16 @@ pub(crate) struct State {
     pub(crate) events: broadcast::Sender<Arc<Event>>,
     pub(crate) requests: Vec<String>,
     pub(crate) user_agents: Vec<String>,
+    /// Changes made to an object just before a PATCH of it is served, as another writer's.
+    pub(crate) interferences: Vec<Interference>,
+}
+
+/// Another writer's change to the object at `key`, made before each of the next `remaining`
+/// PATCH requests to it is served.
+pub(crate) struct Interference {
+    pub(crate) key: Key,
+    pub(crate) remaining: usize,
+    pub(crate) change: Box<dyn FnMut(&mut Value) + Send>,
 }
 
 impl Default for State {
@@ -69,11 +79,31 @@ impl Default for State {
             events: broadcast::channel(1024).0,
             requests: Vec::new(),
             user_agents: Vec::new(),
+            interferences: Vec::new(),
         }
     }
 }
 
 impl State {
+    /// Makes the changes the [`Interference`]s hold for a PATCH of `key`, each as a write of
+    /// its own.
+    pub(crate) fn interfere(&mut self, key: &Key) {
+        let mut interferences = std::mem::take(&mut self.interferences);
+        for interference in interferences
+            .iter_mut()
+            .filter(|i| i.key == *key && i.remaining > 0)
+        {
+            interference.remaining -= 1;
+            if let Some(before) = self.objects.get(key).cloned() {
+                let mut object = before.clone();
+                (interference.change)(&mut object);
+                self.store(key.clone(), object, Some(&before));
+            }
+        }
+        interferences.retain(|i| i.remaining > 0);
+        self.interferences = interferences;
+    }
+
     pub(crate) fn kind_of(&self, api_version: &str, kind: &str) -> Option<KindDef> {
         self.kinds
             .iter()

@@ -340,13 +340,18 @@ fn controller_rbac_grants_what_the_controllers_use_and_no_wildcards() {
         "leases",
         &["get", "create", "update"],
     );
-    // The addresses the API server advertises, refused to namespaced brokers: that one object.
+    // The addresses the API server advertises, refused to namespaced brokers: the EndpointSlices
+    // of `default` listed (by label), and on Kubernetes 1.20 the one Endpoints object; nothing
+    // else, and no watch.
     let api_server = find(&docs, "Role", "brokkr-controller-api-server");
     assert_eq!(api_server["metadata"]["namespace"], "default");
     assert_eq!(
         api_server["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["endpoints"],
-            "resourceNames": ["kubernetes"], "verbs": ["get"]}])
+        serde_json::json!([
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+             "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["endpoints"],
+             "resourceNames": ["kubernetes"], "verbs": ["get"]}])
     );
     let binding = find(&docs, "RoleBinding", "brokkr-controller-api-server");
     assert_eq!(binding["subjects"][0]["name"], "brokkr-controller");

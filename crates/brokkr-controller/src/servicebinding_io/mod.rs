@@ -40,10 +40,10 @@ use crate::finalizer;
 use crate::projector::Projection;
 use crate::resources::LocalObjectReference;
 use crate::resources::servicebinding_io::ServiceBinding;
-use crate::workloads::Error;
+use crate::workloads::{CONFLICT_PAUSE, Error};
 use projection::{
-    WORKLOAD_ANNOTATION, concerns, mapping_template, release_previous_kind, sync_workloads,
-    workload_api,
+    CONTROLLER, WORKLOAD_ANNOTATION, concerns, mapping_template, release_previous_kind,
+    sync_workloads, workload_api,
 };
 use service::service_secret;
 use status::{Observed, write_status};
@@ -86,9 +86,17 @@ pub async fn run(
 
 /// Reconciles one servicebinding.io ServiceBinding.
 pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let result = reconcile_inner(&binding, &ctx).await;
-    ctx.metrics
-        .reconciled("ServiceBinding.servicebinding.io", result.is_err());
+    let result = match reconcile_inner(&binding, &ctx).await {
+        // The binding changed after it was read (a cached version behind its own last write):
+        // the watch brings the newer one.
+        Err(e) if e.is_conflict() => {
+            ctx.metrics.conflict(CONTROLLER);
+            tracing::debug!(namespace = %binding.namespace().unwrap_or_default(), binding = %binding.name_any(), error = %e, "changed since read: looking again");
+            Ok(Action::requeue(CONFLICT_PAUSE))
+        }
+        result => result,
+    };
+    ctx.metrics.reconciled(CONTROLLER, result.is_err());
     if let Err(e) = &result {
         tracing::warn!(namespace = %binding.namespace().unwrap_or_default(), binding = %binding.name_any(), error = %e, "reconcile failed");
     }
@@ -109,7 +117,7 @@ async fn reconcile_inner(binding: &ServiceBinding, ctx: &Context) -> Result<Acti
 
     if binding.metadata.deletion_timestamp.is_some() {
         if let Some((api, _)) = &workloads {
-            let (_, failures) = sync_workloads(binding, api, None, &[]).await?;
+            let (_, failures) = sync_workloads(binding, ctx, api, None, &[]).await?;
             // A record nobody can read again would keep the binding forever: let it go.
             for failure in failures {
                 tracing::warn!(binding = %binding.name_any(), %failure, "not unprojected");
@@ -195,7 +203,7 @@ async fn reconcile_inner(binding: &ServiceBinding, ctx: &Context) -> Result<Acti
                     .collect(),
                 containers: binding.spec.workload.containers.clone().unwrap_or_default(),
             };
-            match sync_workloads(binding, api, Some(&projection), &[template]).await {
+            match sync_workloads(binding, ctx, api, Some(&projection), &[template]).await {
                 Ok((_, failures)) if !failures.is_empty() => Observed {
                     type_: "WorkloadProjected",
                     ok: Some(false),

@@ -12,9 +12,10 @@ use crate::projector::{self, Path, Projection};
 use crate::resources::servicebinding_io::{
     ClusterWorkloadResourceMapping, MappingContainer, MappingTemplate, ServiceBinding,
 };
-use crate::workloads::Error;
-use crate::workloads::{WorkloadChange, patch};
+use crate::workloads::{self, Editor, Error, WorkloadChange};
 
+/// The controller's name in its metrics.
+pub(super) const CONTROLLER: &str = "ServiceBinding.servicebinding.io";
 /// The binding's annotation naming the kind of workload it last projected into:
 /// `<apiVersion> <kind>`.
 pub(super) const WORKLOAD_ANNOTATION: &str = "projection.services.brokkr.dev/workload-kind";
@@ -85,7 +86,7 @@ pub(super) async fn release_previous_kind(
     if let Some((api_version, kind)) = previous.split_once(' ')
         && let Some((api, _)) = workload_api(ctx, api_version, kind, namespace).await?
     {
-        for failure in sync_workloads(binding, &api, None, &[]).await?.1 {
+        for failure in sync_workloads(binding, ctx, &api, None, &[]).await?.1 {
             tracing::warn!(binding = %binding.name_any(), %failure, "not unprojected");
         }
     }
@@ -139,6 +140,7 @@ pub(super) async fn mapping_template(
 /// that should could not be edited.
 pub(super) async fn sync_workloads(
     binding: &ServiceBinding,
+    ctx: &Context,
     api: &Api<DynamicObject>,
     projection: Option<&Projection>,
     templates: &[MappingTemplate],
@@ -157,7 +159,13 @@ pub(super) async fn sync_workloads(
             None => None,
         };
     let (mut projected, mut failures) = (0, Vec::new());
-    for object in api.list(&ListParams::default()).await?.items {
+    let editor = Editor {
+        metrics: &ctx.metrics,
+        controller: CONTROLLER,
+    };
+    // What the binding wants of `object`: the mapping it projects with, if it matches, and the
+    // one it recorded there, if any.
+    let wants = |object: &DynamicObject| {
         let matched = projection.is_some()
             && match (&workload.name, &selector) {
                 (Some(name), _) => object.name_any() == *name,
@@ -168,29 +176,33 @@ pub(super) async fn sync_workloads(
             .annotations()
             .get(&record_key)
             .and_then(|text| serde_json::from_str(text).ok());
-        let wanted = templates.first().filter(|_| matched);
-        if recorded.is_none() && wanted.is_none() {
+        (templates.first().filter(|_| matched), recorded)
+    };
+    for object in api.list(&ListParams::default()).await?.items {
+        if let (None, None) = wants(&object) {
             continue;
         }
-        let before = serde_json::to_value(&object).expect("a JSON object");
-        let mut after = before.clone();
-        match edit(
-            &mut after,
-            binding,
-            &record_key,
-            recorded.as_ref(),
-            wanted,
-            projection,
-        ) {
-            Ok(true) => projected += 1,
-            Ok(false) => {}
+        let name = object.name_any();
+        // Decided again on the workload as read again, should another writer come in between.
+        let edited = workloads::edit(api, object, editor, |object, after| {
+            let (wanted, recorded) = wants(object);
+            edit(
+                after,
+                binding,
+                &record_key,
+                recorded.as_ref(),
+                wanted,
+                projection,
+            )
+        })
+        .await;
+        match edited {
+            Ok(Some(true)) => projected += 1,
+            Ok(_) => {}
             // One workload that cannot be edited does not keep the others from being bound.
-            Err(e) => {
-                failures.push(format!("{}: {e}", object.name_any()));
-                continue;
-            }
+            Err(Error::Projector(e)) => failures.push(format!("{name}: {e}")),
+            Err(e) => return Err(e),
         }
-        patch(api, &object, &before, &after).await?;
     }
     Ok((projected, failures))
 }

@@ -20,8 +20,10 @@ use crate::resources::{
     ConditionStatus, InjectedTarget, ServiceBinding, ServiceBindingUsage,
     ServiceBindingUsageStatus, UsageKind,
 };
-use crate::workloads::Error;
+use crate::workloads::{Editor, Error};
 
+/// The controller's name in its metrics.
+pub(super) const CONTROLLER: &str = "ServiceBindingUsage";
 /// How soon a waiting usage looks again, at first: the pause grows with the wait (a tenth of it)
 /// up to [`MAX_RECHECK`], so that a usage whose workload is deployed much later costs little.
 pub(super) const RECHECK: Duration = Duration::from_secs(10);
@@ -137,7 +139,7 @@ pub(super) async fn inject(
             .await?;
     }
     status.injected = Some(wanted.clone());
-    edit(&workloads, &workload, |w| {
+    edit(ctx, &workloads, workload, |w| {
         projector::inject(w, &mapping, &injection)
     })
     .await?;
@@ -185,20 +187,27 @@ pub(super) async fn remove(
         return Ok(());
     };
     let mapping: Mapping = target.mapping.mapping().map_err(projector::Error::from)?;
-    edit(&api, &workload, |w| projector::uninject(w, &mapping, usage)).await
+    edit(ctx, &api, workload, |w| {
+        projector::uninject(w, &mapping, usage)
+    })
+    .await
 }
 
 /// Applies `change` to `workload` and sends exactly the difference, if there is one, as a JSON
-/// patch that first tests the `resourceVersion` it was computed from.
+/// patch that first tests the `resourceVersion` it was computed from; made anew on the workload
+/// as read again when another writer changed it in between ([`crate::workloads::edit`]).
 pub(super) async fn edit(
+    ctx: &Context,
     api: &Api<DynamicObject>,
-    workload: &DynamicObject,
-    change: impl FnOnce(&mut Value) -> Result<(), projector::Error>,
+    workload: DynamicObject,
+    change: impl Fn(&mut Value) -> Result<(), projector::Error>,
 ) -> Result<(), Error> {
-    let before = serde_json::to_value(workload).expect("a JSON object");
-    let mut after = before.clone();
-    change(&mut after)?;
-    crate::workloads::patch(api, workload, &before, &after).await
+    let editor = Editor {
+        metrics: &ctx.metrics,
+        controller: CONTROLLER,
+    };
+    crate::workloads::edit(api, workload, editor, |_, w| change(w)).await?;
+    Ok(())
 }
 
 /// Makes `binding` an owner of `usage`, so that deleting the binding deletes its usages.

@@ -32,8 +32,8 @@ mod inject;
 mod kinds;
 mod status;
 
-use crate::workloads::Error;
-use inject::{RECHECK, inject, remove};
+use crate::workloads::{CONFLICT_PAUSE, Error};
+use inject::{CONTROLLER, RECHECK, inject, remove};
 pub use kinds::{create_shipped_usage_kinds, shipped_usage_kinds};
 use status::write_status;
 
@@ -45,9 +45,17 @@ pub async fn reconcile(
     usage: Arc<ServiceBindingUsage>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let result = reconcile_inner(&usage, &ctx).await;
-    ctx.metrics
-        .reconciled("ServiceBindingUsage", result.is_err());
+    let result = match reconcile_inner(&usage, &ctx).await {
+        // The usage changed after it was read (a cached version behind its own last write):
+        // the watch brings the newer one.
+        Err(e) if e.is_conflict() => {
+            ctx.metrics.conflict(CONTROLLER);
+            tracing::debug!(namespace = %usage.namespace().unwrap_or_default(), usage = %usage.name_any(), error = %e, "changed since read: looking again");
+            Ok(Action::requeue(CONFLICT_PAUSE))
+        }
+        result => result,
+    };
+    ctx.metrics.reconciled(CONTROLLER, result.is_err());
     if let Err(e) = &result {
         tracing::warn!(namespace = %usage.namespace().unwrap_or_default(), usage = %usage.name_any(), error = %e, "reconcile failed");
     }
@@ -197,7 +205,10 @@ async fn reconcile_inner(usage: &ServiceBindingUsage, ctx: &Context) -> Result<A
         finalizer::remove(&api, usage, FINALIZER).await?;
         return Ok(Action::await_change());
     }
-    finalizer::add(&api, usage, FINALIZER).await?;
+    // Go on with the usage as written: a later write guarded by its version (its owner) would
+    // otherwise meet the finalizer's own write.
+    let added = finalizer::add(&api, usage, FINALIZER).await?;
+    let usage = added.as_ref().unwrap_or(usage);
 
     let (outcome, action) = inject(usage, ctx, &namespace, &mut status).await?;
     write_status(&api, usage, status, outcome).await?;

@@ -21,7 +21,7 @@ use brokkr_controller::broker_policy::NamespaceBounds;
 use brokkr_controller::lease::LeaseLock;
 use brokkr_controller::metrics::Metrics;
 use brokkr_controller::resources::ClusterServiceBroker;
-use brokkr_controller::url_policy::UrlPolicy;
+use brokkr_controller::url_policy::{API_SERVER_REREAD, UrlPolicy};
 use brokkr_osb::client::BodyLimits;
 use clap::Args;
 use futures::FutureExt as _;
@@ -215,7 +215,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     // now and as they change.
     let advertised = brokers
         .namespaced_urls
-        .follow_api_server(client.clone())
+        .follow_api_server(client.clone(), API_SERVER_REREAD)
         .await;
     let user_info = brokkr_controller::user_info::Guard::new(client.clone());
     let context = |scope: Scope| brokkr_controller::Context {

@@ -305,6 +305,11 @@ impl Controller {
         self.process.0.id()
     }
 
+    /// What the controller logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
     pub fn start() -> Self {
         let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         install_crds();
