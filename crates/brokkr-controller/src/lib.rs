@@ -68,6 +68,7 @@ mod status;
 pub mod url_policy;
 pub mod usage;
 pub mod user_info;
+pub mod user_info_policy;
 pub mod workloads;
 
 use std::future::Future;

@@ -1,9 +1,11 @@
 //! The controllers' Prometheus metrics: reconciles and their errors by controller, OSB calls by
-//! verb and status, and writes that met another writer's change.
+//! verb and status, writes that met another writer's change, and whether `spec.userInfo` is
+//! checked and forwarded.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// The labels of a reconcile counter.
@@ -37,6 +39,8 @@ pub struct Metrics {
     osb_calls: Family<OsbCallLabels, Counter>,
     released_with_namespace: Family<KindLabels, Counter>,
     conflicts: Family<ControllerLabels, Counter>,
+    user_info_withheld: Family<KindLabels, Counter>,
+    user_info_checked: Gauge,
 }
 
 impl Metrics {
@@ -65,6 +69,16 @@ impl Metrics {
             "Writes refused because their object (a workload, or the controller's own object) changed after it was read; an ordinary conflict, made again on the newer version, not a reconcile error",
             metrics.conflicts.clone(),
         );
+        sub.register(
+            "user_info_withheld",
+            "Calls whose object's spec.userInfo was not forwarded to the broker because the API server's check of it (the brokkr-user-info policy as shipped) was not in force for the object",
+            metrics.user_info_withheld.clone(),
+        );
+        sub.register(
+            "user_info_checked",
+            "1 while the brokkr-user-info policy and its binding check spec.userInfo as brokkr ships them, else 0",
+            metrics.user_info_checked.clone(),
+        );
         metrics
     }
 
@@ -76,6 +90,20 @@ impl Metrics {
                 controller: controller.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one call of an object of `kind` whose `spec.userInfo` was withheld.
+    pub fn user_info_withheld(&self, kind: &str) {
+        self.user_info_withheld
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records whether the API server checks `spec.userInfo` as shipped.
+    pub fn set_user_info_checked(&self, checked: bool) {
+        self.user_info_checked.set(i64::from(checked));
     }
 
     /// Counts one reconcile of `controller`, failed or not.

@@ -12,7 +12,10 @@ use brokkr_controller::resources::{ServiceBinding, ServiceInstance};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
-use support::{API, Broker, Cluster, Seen, condition, install_user_info_policy};
+use support::{
+    ADMISSION, API, Broker, Cluster, Seen, condition, install_user_info_policy,
+    install_user_info_policy_as,
+};
 
 fn user(name: &str) -> Value {
     json!({"username": name, "groups": ["team-a"]})
@@ -157,4 +160,102 @@ async fn an_identity_written_before_the_policy_or_without_it_is_never_forwarded(
     cluster.create_instance("default", "after", json!({"userInfo": user("alice")}));
     cluster.ready("default", "after").await;
     assert_eq!(users(&broker, "PUT"), [None, None, alice()]);
+}
+
+/// The instance's `OriginatingIdentity` condition: (status, reason, message).
+fn identity_condition(cluster: &Cluster, name: &str) -> Option<(String, String, String)> {
+    let c = condition(&cluster.instance("default", name)?, "OriginatingIdentity")?;
+    let text = |key: &str| c[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+#[tokio::test]
+async fn a_policy_or_binding_narrowed_or_weakened_by_an_admin_is_not_trusted_and_the_object_says_so()
+ {
+    // Each of these leaves some writes unchecked: a namespace or object left out, the shipped
+    // expression changed, a binding that only audits. The instance's forged identity (alice in
+    // system:masters, written by whoever) is withheld, and its condition says so.
+    type Change = fn(&mut Value, &mut Value);
+    let changes: [(&str, Change); 4] = [
+        ("namespaces", |_, b| {
+            b["spec"]["matchResources"] =
+                json!({"namespaceSelector": {"matchLabels": {"checked": "yes"}}});
+        }),
+        ("objects", |p, _| {
+            p["spec"]["matchConstraints"]["objectSelector"] =
+                json!({"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]});
+        }),
+        ("expression", |p, _| {
+            p["spec"]["validations"][0]["expression"] = json!("true");
+        }),
+        ("audit", |_, b| {
+            b["spec"]["validationActions"] = json!(["Audit"])
+        }),
+    ];
+    for (what, change) in changes {
+        let broker = Broker::start(answers).await;
+        let cluster = Cluster::start(&broker).await;
+        install_user_info_policy_as(&cluster.fake, change);
+        cluster.create_instance(
+            "default",
+            "db",
+            json!({"userInfo": {"username": "alice", "groups": ["team-a", "system:masters"]}}),
+        );
+        cluster.ready("default", "db").await;
+        assert_eq!(users(&broker, "PUT"), [None], "{what}");
+        let (status, reason, message) = identity_condition(&cluster, "db").expect(what);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "UserInfoNotChecked"),
+            "{what}"
+        );
+        assert!(
+            message.contains("not in force as brokkr ships it"),
+            "{what}: {message}"
+        );
+    }
+
+    // As shipped, the same instance's identity goes, and its condition says so.
+    let broker = Broker::start(answers).await;
+    let cluster = Cluster::start(&broker).await;
+    install_user_info_policy(&cluster.fake);
+    cluster.create_instance("default", "db", json!({"userInfo": user("alice")}));
+    cluster.ready("default", "db").await;
+    assert_eq!(users(&broker, "PUT"), [alice()]);
+    let (status, reason, _) = identity_condition(&cluster, "db").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "UserInfoForwarded")
+    );
+}
+
+#[tokio::test]
+async fn a_policy_changed_and_stripped_of_its_managed_fields_trusts_nothing_older_than_its_sight() {
+    // The binding was changed after its creation (generation 2: narrowed, then put back, say)
+    // and its managedFields stripped: when it became what it is is unknown, so it counts from
+    // when the controller first saw it — after the instance was created.
+    let broker = Broker::start(answers).await;
+    let cluster = Cluster::start(&broker).await;
+    install_user_info_policy(&cluster.fake);
+    let mut binding = cluster
+        .fake
+        .get(
+            ADMISSION,
+            "ValidatingAdmissionPolicyBinding",
+            None,
+            "brokkr-user-info",
+        )
+        .unwrap();
+    binding["spec"]["validationActions"] = json!(["Deny", "Audit"]);
+    binding["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    cluster.fake.create(binding);
+    cluster.create_instance("default", "db", json!({"userInfo": user("alice")}));
+    cluster.ready("default", "db").await;
+    assert_eq!(users(&broker, "PUT"), [None]);
+    let (status, _, message) = identity_condition(&cluster, "db").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("older than"), "{message}");
 }

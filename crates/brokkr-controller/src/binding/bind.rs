@@ -28,7 +28,7 @@ use crate::resources::{
     ConditionStatus, LocalObjectReference, ServiceBindingOperation, ServiceBindingPropertiesState,
     ServiceInstance, UnbindStatus,
 };
-use crate::user_info::Guard;
+use crate::user_info::{BINDINGS, Guard};
 
 impl Reconcile<'_> {
     /// Binds: waits while a Secret of that name is not this binding's, builds the parameters,
@@ -96,9 +96,19 @@ impl Reconcile<'_> {
         };
         // The bind is the binding's spec's: it carries the identity of whoever wrote it, if
         // checked ([`crate::user_info`]).
-        let user = (self.ctx.user_info)
-            .checked(&self.binding.metadata, self.binding.spec.user_info.as_ref())
+        let checked = (self.ctx.user_info)
+            .checked(
+                BINDINGS,
+                &self.binding.metadata,
+                self.binding.spec.user_info.as_ref(),
+            )
             .await;
+        checked.record(
+            &mut self.status.conditions,
+            &self.ctx.metrics,
+            "ServiceBinding",
+        );
+        let user = checked.user();
         let answer = Guard::client(&resolved.osb, user)?
             .bind(
                 &instance_id(instance),

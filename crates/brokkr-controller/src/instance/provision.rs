@@ -25,7 +25,7 @@ use crate::resources::{
     ConditionStatus, DeprovisionStatus, ServiceInstance, ServiceInstanceOperation,
     ServiceInstanceStatus,
 };
-use crate::user_info::Guard;
+use crate::user_info::{Guard, INSTANCES};
 use crate::{identity, platform};
 
 pub(super) async fn provision(
@@ -117,9 +117,15 @@ pub(super) async fn provision(
         }),
     };
     // The provision is the spec's: it carries the identity of whoever wrote it, if checked.
-    let user = (ctx.user_info)
-        .checked(&instance.metadata, instance.spec.user_info.as_ref())
+    let checked = (ctx.user_info)
+        .checked(
+            INSTANCES,
+            &instance.metadata,
+            instance.spec.user_info.as_ref(),
+        )
         .await;
+    checked.record(&mut status.conditions, &ctx.metrics, "ServiceInstance");
+    let user = checked.user();
     let answer = Guard::client(&resolved.osb, user)?
         .provision(&instance_id(instance), &request, true)
         .await;

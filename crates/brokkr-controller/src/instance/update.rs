@@ -20,7 +20,7 @@ use crate::parameters::Parameters;
 use crate::platform::osb_context;
 use crate::resolve::Resolved;
 use crate::resources::{ServiceInstance, ServiceInstanceOperation, ServiceInstanceStatus};
-use crate::user_info::Guard;
+use crate::user_info::{Guard, INSTANCES};
 
 /// What an update changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,9 +97,15 @@ pub(super) async fn update(
     // Only an update that a new generation of the spec asks for is its writer's; one that a
     // parameters Secret or the catalog caused carries no identity.
     let user = if instance.metadata.generation.unwrap_or_default() != status.reconciled_generation {
-        (ctx.user_info)
-            .checked(&instance.metadata, instance.spec.user_info.as_ref())
-            .await
+        let checked = (ctx.user_info)
+            .checked(
+                INSTANCES,
+                &instance.metadata,
+                instance.spec.user_info.as_ref(),
+            )
+            .await;
+        checked.record(&mut status.conditions, &ctx.metrics, "ServiceInstance");
+        checked.user()
     } else {
         None
     };

@@ -355,9 +355,18 @@ pub fn condition(object: &Value, type_: &str) -> Option<Value> {
 
 pub const ADMISSION: &str = "admissionregistration.k8s.io/v1";
 
-/// Installs the `brokkr-user-info` policy and its binding, created (and so in force) before the
-/// fake's objects (which it dates 2026-01-01).
+/// Installs the `brokkr-user-info` policy and its binding as deploy/base ships them, created
+/// (and so in force) before the fake's objects (which it dates 2026-01-01).
 pub fn install_user_info_policy(fake: &FakeCluster) {
+    install_user_info_policy_as(fake, |_, _| {});
+}
+
+/// Installs the `brokkr-user-info` policy and its binding as deploy/base ships them, with
+/// `change` made to them (policy, binding), created before the fake's objects.
+pub fn install_user_info_policy_as(
+    fake: &FakeCluster,
+    change: impl FnOnce(&mut Value, &mut Value),
+) {
     fake.add_kind(
         "admissionregistration.k8s.io",
         "v1",
@@ -372,15 +381,12 @@ pub fn install_user_info_policy(fake: &FakeCluster) {
         "validatingadmissionpolicybindings",
         false,
     );
-    let created = "2025-12-01T00:00:00Z";
-    fake.create(
-        json!({"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "brokkr-user-info", "creationTimestamp": created},
-        "spec": {"failurePolicy": "Fail"}}),
-    );
-    fake.create(
-        json!({"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "brokkr-user-info", "creationTimestamp": created},
-        "spec": {"policyName": "brokkr-user-info", "validationActions": ["Deny"]}}),
-    );
+    let shipped = include_str!("../../../../deploy/base/user-info-policy.yaml");
+    let mut documents: Vec<Value> = serde_saphyr::from_multiple(shipped).unwrap();
+    let (mut policy, mut binding) = (documents.remove(0), documents.remove(0));
+    change(&mut policy, &mut binding);
+    for mut object in [policy, binding] {
+        object["metadata"]["creationTimestamp"] = json!("2025-12-01T00:00:00Z");
+        fake.create(object);
+    }
 }

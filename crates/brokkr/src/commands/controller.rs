@@ -246,7 +246,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .map(|scope| brokkr_controller::run(context(scope), shutdown.clone()))
         .collect();
     // Whose identity is forwarded to brokers: only one the API server checked.
-    let guard = tokio::spawn(user_info.watch());
+    let guard = tokio::spawn(user_info.watch(metrics.clone()));
     let controllers = futures::future::join_all(runs).map(move |_| {
         guard.abort();
         advertised.abort();
