@@ -75,8 +75,9 @@ impl Cluster {
             .unwrap();
     }
 
-    /// Makes a one-replica StatefulSet ready: on the fake, its status; on a real cluster, the
-    /// Ready condition of its Pod, from which the StatefulSet controller computes its status.
+    /// Makes a one-replica StatefulSet ready: on the fake, its status; on a real cluster, whose
+    /// node runs its Pod (the images of scripts/images), waits until the Pod of its current
+    /// revision is Ready by its own probe. No test writes a Pod's status.
     pub(crate) async fn make_ready(&self, ns: &str, name: &str) {
         let sts = eventually(|| async {
             let live = self.get("apps/v1", "StatefulSet", ns, name).await?;
@@ -97,20 +98,21 @@ impl Cluster {
             Self::Real(_) => {
                 let pod = format!("{name}-0");
                 // After an update the controller replaces the Pod: wait for one of the new
-                // revision.
+                // revision, ready by the kubelet's account.
                 let revision = sts["status"]["updateRevision"].clone();
                 eventually(|| async {
                     let found = self.get("v1", "Pod", ns, &pod).await?;
                     let labels = &found["metadata"]["labels"];
                     let current = labels["controller-revision-hash"] == revision;
-                    (current && found["metadata"]["deletionTimestamp"].is_null()).then_some(())
+                    let ready = found["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                    (current && ready && found["metadata"]["deletionTimestamp"].is_null())
+                        .then_some(())
                 })
                 .await;
-                let now = "2026-01-01T00:00:00Z";
-                let ready = json!({"phase": "Running", "conditions": [
-                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]});
-                self.set_status("v1", "Pod", ns, &pod, ready).await;
             }
         }
     }

@@ -56,7 +56,7 @@ blueprints:
             metadata: {{labels: {{app: kv}}}}
             spec:
               containers:
-              - {{name: kv, image: 'redis:7', env: [{{name: MODE, value: {mode}}}]}}
+              - {{name: kv, image: 'redis:7.4', env: [{{name: MODE, value: {mode}}}]}}
       - {{apiVersion: v1, kind: Service, metadata: {{name: kv}},
          spec: {{selector: {{app: kv}}, ports: [{{port: 6379, protocol: TCP}}]}}}}
 {metrics}"

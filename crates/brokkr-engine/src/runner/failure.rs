@@ -13,15 +13,20 @@ use crate::store::StoreError;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(super) enum Failure {
     /// It ran past its deadline.
-    #[error("{} timed out {}", kind.as_str(), match step {
+    #[error("{} timed out {}{}", kind.as_str(), match step {
         Some(step) => format!("in step '{step}'"),
         None => "while finishing".to_owned(),
+    }, match waiting {
+        Some(waiting) => format!(": {waiting}"),
+        None => String::new(),
     })]
     TimedOut {
         /// The operation's kind.
         kind: OpKind,
         /// The step it was in, if any.
         step: Option<String>,
+        /// What that step was still waiting for when time ran out, if it said.
+        waiting: Option<String>,
     },
     /// One of its steps failed.
     #[error("step '{step}' failed: {reason}")]
@@ -134,11 +139,22 @@ mod tests {
         let timed_out = Failure::TimedOut {
             kind: OpKind::Provision,
             step: Some("db".into()),
+            waiting: None,
         };
         assert_eq!(timed_out.to_string(), "provision timed out in step 'db'");
+        let waiting = Failure::TimedOut {
+            kind: OpKind::Provision,
+            step: Some("db".into()),
+            waiting: Some("waiting for StatefulSet pg to be ready (0/1)".into()),
+        };
+        assert_eq!(
+            waiting.to_string(),
+            "provision timed out in step 'db': waiting for StatefulSet pg to be ready (0/1)"
+        );
         let finishing = Failure::TimedOut {
             kind: OpKind::Bind,
             step: None,
+            waiting: None,
         };
         assert_eq!(finishing.to_string(), "bind timed out while finishing");
         let gave_up = Failure::Step {

@@ -96,9 +96,11 @@ impl Engine {
             }
             if now >= op.deadline_at {
                 let step = op.plan.steps.get(op.step).map(|s| s.name.clone());
+                let waiting = step.as_ref().and_then(|_| last_wait(op));
                 let reason = Failure::TimedOut {
                     kind: op.kind,
                     step,
+                    waiting,
                 };
                 return self.finish(resource, &op.id, Err(reason)).await;
             }
@@ -487,6 +489,13 @@ fn describe(op: &Operation, state: &str) -> String {
     let (kind, total) = (op.kind.as_str(), op.plan.steps.len());
     let name = &current(op).name;
     format!("{kind}: step {}/{total} '{name}'{state}", op.step + 1)
+}
+
+/// What the current step last said it waits for, from the description [`describe`] gave it.
+fn last_wait(op: &Operation) -> Option<String> {
+    let description = op.description.as_deref()?;
+    let head = describe(op, ": ");
+    description.strip_prefix(&head).map(str::to_owned)
 }
 
 fn step_labels(op: &Operation, step: &OpStep) -> StepLabels {

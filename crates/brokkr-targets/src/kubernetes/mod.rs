@@ -33,7 +33,8 @@
 //! `cluster` (the target itself, the objects it names and where they live), `client` (the
 //! client and kind discovery), `apply` (stamping, applying and pruning),
 //! `ownership` (never taking over or deleting another's object), `claims` (the PVC policy),
-//! `watch` (waiting for readiness or deletion by watching), `namespace` (the per-instance
+//! `watch` (waiting for readiness or deletion by watching), `pods` (what holds a
+//! workload's Pods back, in the words of the wait), `namespace` (the per-instance
 //! namespace), `secret` (the binding Secret), `names` (labels, annotations and names) and
 //! [`readiness`] (the rules).
 
@@ -54,6 +55,7 @@ mod cluster;
 mod names;
 mod namespace;
 mod ownership;
+mod pods;
 pub mod readiness;
 mod secret;
 mod watch;

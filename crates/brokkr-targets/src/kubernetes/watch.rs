@@ -135,7 +135,13 @@ impl Kubernetes {
         Ok(match seen {
             Seen::Wanted(_) => Readiness::Ready,
             Seen::Gone => Readiness::Waiting(format!("{} was deleted", at.what)),
-            Seen::Nothing => Readiness::Waiting(waiting),
+            Seen::Nothing => {
+                let object = serde_json::to_value(live).unwrap_or_default();
+                match self.pod_trouble(at, kind, &object).await {
+                    Some(trouble) => Readiness::Waiting(format!("{waiting}: {trouble}")),
+                    None => Readiness::Waiting(waiting),
+                }
+            }
         })
     }
 }

@@ -134,7 +134,8 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    info!(address = %listener.local_addr()?, store = %redact_url(&store_url), "brokkr is serving the OSB API");
+    // The owner id names this replica in the store's leases (`lease_owner`).
+    info!(address = %listener.local_addr()?, store = %redact_url(&store_url), owner = %engine.owner(), "brokkr is serving the OSB API");
     let broker = Arc::new(Broker::new(
         Arc::new(config),
         engine.clone(),

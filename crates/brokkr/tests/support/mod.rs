@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod director;
 pub mod logged_serve;
+pub mod node;
 pub mod upgrade;
 
 use std::net::TcpListener;
