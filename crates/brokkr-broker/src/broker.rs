@@ -37,6 +37,7 @@ impl Broker {
     /// A broker over `engine` serving `config`.
     pub fn new(config: Arc<Config>, engine: Engine, auth: Auth, admin_auth: Option<Auth>) -> Self {
         let metrics = Metrics::new(&engine);
+        name_plans(&engine, &config);
         Self {
             config: ArcSwap::new(config),
             engine,
@@ -54,6 +55,7 @@ impl Broker {
     /// Serves `config` from now on: the catalog and new requests see it; operations already
     /// under way keep the steps they were created with.
     pub fn replace_config(&self, config: Arc<Config>) {
+        name_plans(&self.engine, &config);
         self.config.store(config);
     }
 
@@ -76,3 +78,16 @@ impl Broker {
 
 /// Shared handler state.
 pub type AppState = Arc<Broker>;
+
+/// Labels the engine's metrics with the names `config`'s catalog gives services and plans.
+fn name_plans(engine: &Engine, config: &Config) {
+    engine.metrics().name_plans(config.plans().map(|e| {
+        let (service, plan) = (&e.service, &e.plan);
+        (
+            service.id.clone(),
+            plan.id.clone(),
+            service.name.clone(),
+            plan.name.clone(),
+        )
+    }));
+}

@@ -1,7 +1,9 @@
 //! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
-//! their latency and open connections, bindings revoked when their credentials expired,
-//! instances by plan and maintenance version, beside the engine's operation, step and orphan
-//! families.
+//! their latency and open connections, bindings revoked when their credentials expired, and the
+//! gauges counted from the store at each scrape ([`Gauges`]): whether it answered, instances
+//! and bindings by plan and status, ready instances by plan and maintenance version, operations
+//! in progress and those no engine runs, expired credentials not yet revoked, fleet upgrades;
+//! beside the engine's operation, step and orphan families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -26,6 +28,58 @@ pub struct InstanceLabels {
     version: String,
 }
 
+/// Labels of instances or bindings of a plan in a status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// `instance` or `binding`.
+    pub kind: String,
+    /// The service's name.
+    pub service: String,
+    /// The plan's name.
+    pub plan: String,
+    /// `creating`, `ready`, `failed` or `deleted`.
+    pub status: String,
+}
+
+/// Labels of operations in progress of a kind on a plan.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InProgressLabels {
+    /// provision, update, upgrade, deprovision, bind, unbind.
+    pub kind: String,
+    /// The service's name.
+    pub service: String,
+    /// The plan's name.
+    pub plan: String,
+}
+
+/// Labels of a plan's latest fleet upgrade, or of its instances, in a state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpgradeLabels {
+    /// The service's name.
+    pub service: String,
+    /// The plan's name.
+    pub plan: String,
+    /// The upgrade's state (`running`, `paused`, `cancelled`, `succeeded`, `failed`), or its
+    /// instance's (`pending`, `in progress`, `succeeded`, `failed`).
+    pub state: String,
+}
+
+/// What the store said at one scrape, for the gauges.
+#[derive(Default)]
+pub(crate) struct Gauges {
+    /// (kind, service, plan, status) and how many.
+    pub resources: Vec<(ResourceLabels, i64)>,
+    /// Operations in progress, with how many are past their deadline and how many are due and
+    /// unclaimed.
+    pub in_progress: Vec<(InProgressLabels, [i64; 3])>,
+    /// Bindings whose credentials expired and that are still bound.
+    pub expired: i64,
+    /// Each plan's latest upgrade: 1 for its state, 0 for the others.
+    pub upgrades: Vec<(UpgradeLabels, i64)>,
+    /// Their instances, by state.
+    pub upgrade_instances: Vec<(UpgradeLabels, i64)>,
+}
+
 /// The broker's registry and HTTP metric families.
 pub struct Metrics {
     registry: Registry,
@@ -36,6 +90,14 @@ pub struct Metrics {
     /// Bindings this broker unbound because their credentials expired (see [`crate::expiry`]).
     pub(crate) revoked: Counter,
     instances: Family<InstanceLabels, Gauge>,
+    store_up: Gauge,
+    resources: Family<ResourceLabels, Gauge>,
+    in_progress: Family<InProgressLabels, Gauge>,
+    overdue: Family<InProgressLabels, Gauge>,
+    unclaimed: Family<InProgressLabels, Gauge>,
+    expired: Gauge,
+    upgrades: Family<UpgradeLabels, Gauge>,
+    upgrade_instances: Family<UpgradeLabels, Gauge>,
 }
 
 impl Metrics {
@@ -74,6 +136,54 @@ impl Metrics {
             "Ready instances by service, plan and maintenance version",
             instances.clone(),
         );
+        let store_up = Gauge::default();
+        registry.register(
+            "brokkr_store_up",
+            "1 when the store answered the last scrape's queries, 0 when it did not",
+            store_up.clone(),
+        );
+        let resources = Family::<ResourceLabels, Gauge>::default();
+        registry.register(
+            "brokkr_resources",
+            "Instances and bindings by service, plan and status, in the store",
+            resources.clone(),
+        );
+        let in_progress = Family::<InProgressLabels, Gauge>::default();
+        registry.register(
+            "brokkr_operations_in_progress",
+            "Operations in progress in the store, by kind, service and plan",
+            in_progress.clone(),
+        );
+        let overdue = Family::<InProgressLabels, Gauge>::default();
+        registry.register(
+            "brokkr_operations_overdue",
+            "Operations still in progress past their deadline, by kind, service and plan",
+            overdue.clone(),
+        );
+        let unclaimed = Family::<InProgressLabels, Gauge>::default();
+        registry.register(
+            "brokkr_operations_unclaimed",
+            "Operations due for over a minute that no engine holds a lease on, by kind, service and plan",
+            unclaimed.clone(),
+        );
+        let expired = Gauge::default();
+        registry.register(
+            "brokkr_bindings_expired",
+            "Bindings of plans that revoke expired credentials, expired for over five minutes and still bound (at most 1000 counted)",
+            expired.clone(),
+        );
+        let upgrades = Family::<UpgradeLabels, Gauge>::default();
+        registry.register(
+            "brokkr_upgrades",
+            "Each plan's latest fleet upgrade (running, paused, or ended in the last 24 hours): 1 for its state, 0 for the others",
+            upgrades.clone(),
+        );
+        let upgrade_instances = Family::<UpgradeLabels, Gauge>::default();
+        registry.register(
+            "brokkr_upgrade_instances",
+            "The instances of each plan's latest fleet upgrade, by state",
+            upgrade_instances.clone(),
+        );
         engine.metrics().register(&mut registry);
         Self {
             registry,
@@ -82,6 +192,45 @@ impl Metrics {
             connections,
             revoked,
             instances,
+            store_up,
+            resources,
+            in_progress,
+            overdue,
+            unclaimed,
+            expired,
+            upgrades,
+            upgrade_instances,
+        }
+    }
+
+    /// Records whether the store answered this scrape, and what it said: the gauges are
+    /// replaced; a store that did not answer leaves the last ones.
+    pub(crate) fn set_gauges(&self, gauges: Option<Gauges>) {
+        let Some(g) = gauges else {
+            self.store_up.set(0);
+            return;
+        };
+        self.store_up.set(1);
+        self.resources.clear();
+        for (labels, count) in g.resources {
+            self.resources.get_or_create(&labels).set(count);
+        }
+        for family in [&self.in_progress, &self.overdue, &self.unclaimed] {
+            family.clear();
+        }
+        for (labels, [count, overdue, unclaimed]) in g.in_progress {
+            self.in_progress.get_or_create(&labels).set(count);
+            self.overdue.get_or_create(&labels).set(overdue);
+            self.unclaimed.get_or_create(&labels).set(unclaimed);
+        }
+        self.expired.set(g.expired);
+        self.upgrades.clear();
+        for (labels, value) in g.upgrades {
+            self.upgrades.get_or_create(&labels).set(value);
+        }
+        self.upgrade_instances.clear();
+        for (labels, count) in g.upgrade_instances {
+            self.upgrade_instances.get_or_create(&labels).set(count);
         }
     }
 

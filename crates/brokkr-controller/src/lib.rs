@@ -167,13 +167,15 @@ fn instance_controller(
         )
         .boxed(),
     ]);
-    runner::Runner::new("instance controller", store, ctx.concurrency).run(
-        wakes,
-        instance::reconcile,
-        instance::error_policy,
-        ctx.clone(),
-        shutdown,
-    )
+    runner::Runner::new("instance controller", store, ctx.concurrency)
+        .counting_in(ctx.metrics.queue("ServiceInstance"))
+        .run(
+            wakes,
+            instance::reconcile,
+            instance::error_policy,
+            ctx.clone(),
+            shutdown,
+        )
 }
 
 /// The binding controller: woken by its bindings' changes, by a Secret they read
@@ -227,13 +229,15 @@ fn binding_controller(
         )
         .boxed(),
     ]);
-    runner::Runner::new("binding controller", store, ctx.concurrency).run(
-        wakes,
-        binding::reconcile,
-        binding::error_policy,
-        ctx.clone(),
-        shutdown,
-    )
+    runner::Runner::new("binding controller", store, ctx.concurrency)
+        .counting_in(ctx.metrics.queue("ServiceBinding"))
+        .run(
+            wakes,
+            binding::reconcile,
+            binding::error_policy,
+            ctx.clone(),
+            shutdown,
+        )
 }
 
 async fn broker_controller<B: BrokerKind>(

@@ -1,6 +1,7 @@
-//! The controllers' Prometheus metrics: reconciles and their errors by controller, OSB calls by
-//! verb and status, writes that met another writer's change, and whether `spec.userInfo` is
-//! checked and forwarded.
+//! The controllers' Prometheus metrics: reconciles and their errors by controller, the objects
+//! due and waiting for a reconcile, whether this replica leads, OSB calls by verb and status,
+//! objects released with their namespace, writes that met another writer's change, and
+//! whether `spec.userInfo` is checked and forwarded.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -41,12 +42,23 @@ pub struct Metrics {
     conflicts: Family<ControllerLabels, Counter>,
     user_info_withheld: Family<KindLabels, Counter>,
     user_info_checked: Gauge,
+    queue: Family<ControllerLabels, Gauge>,
+    leader: Gauge,
 }
 
 impl Metrics {
     /// Counters registered in `registry` under `brokkr_controller_*`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
+        // Each kind at zero from the start, so that the first release is an increase.
+        for kind in ["ServiceInstance", "ServiceBinding"] {
+            let kind = kind.to_owned();
+            drop(
+                metrics
+                    .released_with_namespace
+                    .get_or_create(&KindLabels { kind }),
+            );
+        }
         let sub = registry.sub_registry_with_prefix("brokkr_controller");
         sub.register("reconciles", "Reconciles run", metrics.reconciles.clone());
         sub.register(
@@ -78,6 +90,16 @@ impl Metrics {
             "user_info_checked",
             "1 while the brokkr-user-info policy and its binding check spec.userInfo as brokkr ships them, else 0",
             metrics.user_info_checked.clone(),
+        );
+        sub.register(
+            "queue",
+            "Objects due for a reconcile and waiting for a free slot, by controller",
+            metrics.queue.clone(),
+        );
+        sub.register(
+            "leader",
+            "1 while this replica holds the leader-election Lease (or runs without election), else 0",
+            metrics.leader.clone(),
         );
         metrics
     }
@@ -112,9 +134,26 @@ impl Metrics {
             controller: controller.to_owned(),
         };
         self.reconciles.get_or_create(&labels).inc();
+        // The errors' series exists from the first reconcile, at zero: a share of errors, and
+        // the first error, are computed over it.
+        let errors = self.reconcile_errors.get_or_create(&labels);
         if failed {
-            self.reconcile_errors.get_or_create(&labels).inc();
+            errors.inc();
         }
+    }
+
+    /// The gauge of the objects of `controller` due for a reconcile and waiting.
+    pub fn queue(&self, controller: &str) -> Gauge {
+        self.queue
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_owned(),
+            })
+            .clone()
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Counts one OSB call and how the broker answered.

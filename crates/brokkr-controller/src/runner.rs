@@ -30,6 +30,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt as _, Stream, StreamExt as _};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
 /// What a reconcile asks for next: to run again after a while, or only when woken.
@@ -57,11 +58,12 @@ impl Action {
 }
 
 /// The reconciles of one kind: its objects as `store` holds them, at most `concurrency` at
-/// once, named `what` in logs.
+/// once, named `what` in logs; how many are due and wait, in `queue`.
 pub struct Runner<K: Resource<DynamicType = ()> + 'static> {
     what: &'static str,
     store: Store<K>,
     concurrency: u16,
+    queue: Gauge,
 }
 
 impl<K> Runner<K>
@@ -75,7 +77,13 @@ where
             what,
             store,
             concurrency,
+            queue: Gauge::default(),
         }
+    }
+
+    /// Keeps `queue` at the number of objects due and waiting for a reconcile slot.
+    pub fn counting_in(self, queue: Gauge) -> Self {
+        Self { queue, ..self }
     }
 
     /// Reconciles the objects that `wakes` names or their reconciles requeue, in the order they
@@ -97,6 +105,7 @@ where
             what,
             store,
             concurrency,
+            queue,
         } = self;
         let mut wakes = pin!(wakes.fuse());
         let mut shutdown = pin!(shutdown.fuse());
@@ -126,6 +135,7 @@ where
                     (reference, action)
                 });
             }
+            queue.set(i64::try_from(due.queued.len()).unwrap_or(i64::MAX));
             if running.is_empty() && (stopping || (wakes_ended && due.is_empty())) {
                 return;
             }

@@ -259,9 +259,12 @@ async fn a_cluster_broker_lists_its_catalog_and_marks_what_it_drops() {
         text.contains(r#"brokkr_controller_osb_calls_total{verb="catalog",status="200"}"#),
         "{text}"
     );
+    // The errors' series exists from the first reconcile; these reconciles failed.
     assert!(
         text.contains(
             r#"brokkr_controller_reconcile_errors_total{controller="ClusterServiceBroker"}"#
+        ) && !text.contains(
+            "brokkr_controller_reconcile_errors_total{controller=\"ClusterServiceBroker\"} 0\n"
         ),
         "{text}"
     );

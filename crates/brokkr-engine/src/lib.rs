@@ -31,7 +31,7 @@ pub use model::{
     TargetAction, Update, UpgradeItem, VersionCount,
 };
 pub use runner::{Engine, EngineOptions, NAMES_KEY_SETTING};
-pub use store::{NewStatus, Store, StoreError, connect, redact_url};
+pub use store::{InProgress, NewStatus, ResourceCount, Store, StoreError, connect, redact_url};
 
 /// Step kinds every engine offers, besides those registered with [`Engine::register`].
 pub const BUILT_IN_STEP_KINDS: &[&str] = &[http::NAME];

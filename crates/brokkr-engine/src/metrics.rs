@@ -1,5 +1,10 @@
-//! Prometheus metrics of the engine: operations by kind and outcome, steps and their durations,
-//! steps left behind and the janitor's attempts at them.
+//! Prometheus metrics of the engine: operations by kind, outcome, service and plan, steps and
+//! their durations, steps left behind and the janitor's attempts at them. Services and plans are
+//! labelled by the names the catalog gives them ([`EngineMetrics::name_plans`]), by their ids
+//! for a plan no longer configured.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,7 +20,14 @@ pub struct OperationLabels {
     pub kind: String,
     /// succeeded or failed.
     pub state: String,
+    /// The service's name.
+    pub service: String,
+    /// The plan's name.
+    pub plan: String,
 }
+
+/// (service name, plan name) by (service id, plan id).
+type PlanNames = HashMap<(String, String), (String, String)>;
 
 /// Labels of a step.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,6 +70,8 @@ pub struct EngineMetrics {
     pub orphans: Family<OrphanLabels, Gauge>,
     /// The janitor's attempts at steps left behind, by result.
     pub janitor_attempts: Family<JanitorLabels, Counter>,
+    /// The catalog's names of services and plans, by their ids.
+    names: Arc<RwLock<PlanNames>>,
 }
 
 impl Default for EngineMetrics {
@@ -71,16 +85,37 @@ impl Default for EngineMetrics {
             step_waits: Family::default(),
             orphans: Family::default(),
             janitor_attempts: Family::default(),
+            names: Arc::default(),
         }
     }
 }
 
 impl EngineMetrics {
+    /// Labels services and plans from now on by the names `plans` gives them: (service id,
+    /// plan id, service name, plan name), the catalog now served.
+    pub fn name_plans(&self, plans: impl IntoIterator<Item = (String, String, String, String)>) {
+        let names = plans
+            .into_iter()
+            .map(|(service_id, plan_id, service, plan)| ((service_id, plan_id), (service, plan)))
+            .collect();
+        *self.names.write().expect("lock") = names;
+    }
+
+    /// The names of the service and plan with these ids; the ids themselves for a plan the
+    /// catalog does not name.
+    pub fn plan_names(&self, service_id: &str, plan_id: &str) -> (String, String) {
+        let names = self.names.read().expect("lock");
+        names
+            .get(&(service_id.to_owned(), plan_id.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| (service_id.to_owned(), plan_id.to_owned()))
+    }
+
     /// Registers the families under `brokkr_`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "brokkr_operations",
-            "Operations that ended, by kind and state",
+            "Operations that ended, by kind, state, service and plan",
             self.operations.clone(),
         );
         registry.register(
@@ -103,6 +138,14 @@ impl EngineMetrics {
             "Steps deprovisions and unbinds left behind, by kind and step",
             self.orphans.clone(),
         );
+        // Every result from the start, at zero: a first failure is an increase.
+        for result in ["resolved", "failed", "error"] {
+            let result = result.to_owned();
+            drop(
+                self.janitor_attempts
+                    .get_or_create(&JanitorLabels { result }),
+            );
+        }
         registry.register(
             "brokkr_janitor_attempts",
             "Attempts at steps left behind, by result",

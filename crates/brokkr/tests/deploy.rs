@@ -270,6 +270,23 @@ fn monitoring_overlay_adds_a_service_monitor() {
     }
 }
 
+#[test]
+fn monitoring_overlay_ships_the_alerts_and_the_dashboard_from_their_files() {
+    let objects = kustomize("overlays/monitoring");
+    let rule = find(&objects, "PrometheusRule", "brokkr");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], "brokkr");
+    let file = documents(&read("deploy/overlays/monitoring/prometheus-rule.yaml"));
+    assert_eq!(rule["spec"], file[0]["spec"]);
+    // The dashboard: the JSON file itself, in a ConfigMap Grafana's sidecar picks up.
+    let dashboard = find(&objects, "ConfigMap", "brokkr-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        dashboard["data"]["brokkr-dashboard.json"],
+        read("deploy/overlays/monitoring/brokkr-dashboard.json")
+    );
+}
+
 /// The rules of a ClusterRole or Role, as (group, resource, verb) triples.
 fn grants(role: &Value) -> Vec<(String, String, String)> {
     let mut out = vec![];

@@ -447,26 +447,31 @@ fn every_kustomization_applies_to_a_real_api_server() {
     // of namespaced objects needs it to exist).
     kubectl(&["apply", "-f", &deploy("base/namespace.yaml")], "");
 
-    // The ServiceMonitor kind, when no Prometheus Operator installed it: only its name matters.
-    if try_kubectl(
-        &["get", "crd", "servicemonitors.monitoring.coreos.com"],
-        None,
-    )
-    .is_err()
-    {
+    // The ServiceMonitor and PrometheusRule kinds, when no Prometheus Operator installed them:
+    // only their names matter.
+    for (kind, plural) in [
+        ("ServiceMonitor", "servicemonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    ] {
+        let name = format!("{plural}.monitoring.coreos.com");
+        if try_kubectl(&["get", "crd", &name], None).is_ok() {
+            continue;
+        }
+        let singular = kind.to_lowercase();
         let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+            "metadata": {"name": name},
             "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-                "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+                "names": {"kind": kind, "plural": plural, "singular": singular, "listKind": format!("{kind}List")},
                 "versions": [{"name": "v1", "served": true, "storage": true,
                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
         kubectl(&["apply", "-f", "-"], &crd.to_string());
+        let established = format!("crd/{name}");
         kubectl(
             &[
                 "wait",
                 "--for",
                 "condition=Established",
-                "crd/servicemonitors.monitoring.coreos.com",
+                &established,
                 "--timeout=60s",
             ],
             "",

@@ -69,7 +69,8 @@ async fn admin_api_shows_operations_and_their_events(backend: Backend) {
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
     }
 
-    // Prometheus metrics: routes by pattern (no ids), operations by kind and state.
+    // Prometheus metrics: routes by pattern (no ids), operations by kind, state, and the
+    // catalog's names of their service and plan.
     let metrics = b
         .client
         .get(format!("{}/metrics", b.base))
@@ -79,7 +80,8 @@ async fn admin_api_shows_operations_and_their_events(backend: Backend) {
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.unwrap();
     for expected in [
-        "brokkr_operations_total{kind=\"provision\",state=\"succeeded\"} 2",
+        "brokkr_operations_total{kind=\"provision\",state=\"succeeded\",service=\"user-provided\",plan=\"async\"} 1",
+        "brokkr_operations_total{kind=\"provision\",state=\"succeeded\",service=\"user-provided\",plan=\"sync\"} 1",
         "route=\"/v2/service_instances/{instance_id}\"",
         "brokkr_step_duration_seconds_count{kind=\"provision\",step=\"settle\"} 1",
         "brokkr_operations_running 0",

@@ -109,9 +109,12 @@ impl Engine {
             self.write_events(op_id, &events[..events.len() - 1]).await;
             return Ok(());
         }
+        let (service, plan) = (self.inner.metrics).plan_names(&r.service_id, &r.plan_id);
         let labels = OperationLabels {
             kind: r.op.kind.as_str().to_owned(),
             state: kind.to_owned(),
+            service,
+            plan,
         };
         self.inner.metrics.operations.get_or_create(&labels).inc();
         if finish.succeeded {

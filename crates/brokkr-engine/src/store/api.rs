@@ -55,6 +55,40 @@ impl Finish {
     }
 }
 
+/// The operations in progress of one kind on one plan, as the store counts them at a moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InProgress {
+    /// What they do.
+    pub kind: OpKind,
+    /// The service.
+    pub service_id: String,
+    /// The plan.
+    pub plan_id: String,
+    /// How many are in progress.
+    pub count: i64,
+    /// Of those, how many are past their deadline: the engine fails an operation at its
+    /// deadline, so one still in progress long after it is one no engine runs.
+    pub overdue: i64,
+    /// Of those, how many were due to run again, unclaimed by any engine, since before the
+    /// moment given to [`Store::count_in_progress`].
+    pub unclaimed: i64,
+}
+
+/// How many instances, or bindings, of one plan are in one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceCount {
+    /// Bindings, not instances.
+    pub bindings: bool,
+    /// The service.
+    pub service_id: String,
+    /// The plan.
+    pub plan_id: String,
+    /// Their status.
+    pub status: Status,
+    /// How many.
+    pub count: i64,
+}
+
 /// Persistent state of instances, bindings and their operations.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -184,6 +218,19 @@ pub trait Store: Send + Sync {
 
     /// How many orphans there are, by operation kind and step name.
     async fn count_orphans(&self) -> Result<Vec<(OpKind, String, i64)>, StoreError>;
+
+    /// The operations in progress, by kind and plan, with those past their deadline at `now`
+    /// and those due and unclaimed since before `unclaimed_since` (both ms). Reads the
+    /// in-progress rows only, through their index.
+    async fn count_in_progress(
+        &self,
+        now: i64,
+        unclaimed_since: i64,
+    ) -> Result<Vec<InProgress>, StoreError>;
+
+    /// How many instances and bindings each plan has in each status (tombstones of deleted
+    /// ones included, until they are purged).
+    async fn count_resources(&self) -> Result<Vec<ResourceCount>, StoreError>;
 
     /// Deletes tombstones deleted before `before` (ms).
     async fn purge_deleted(&self, before: i64) -> Result<u64, StoreError>;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::crypto::Keyring;
 
-pub use api::{Created, Finish, NewStatus, Store};
+pub use api::{Created, Finish, InProgress, NewStatus, ResourceCount, Store};
 pub use error::{StoreError, redact_url};
 pub use sql::{Migration, SCHEMA_VERSION, SqlStore, migrations};
 

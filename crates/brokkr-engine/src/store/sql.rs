@@ -24,7 +24,7 @@
 
 use async_trait::async_trait;
 
-use super::api::{Created, Finish, NewStatus, Store};
+use super::api::{Created, Finish, InProgress, NewStatus, ResourceCount, Store};
 use super::error::StoreError;
 use crate::model::{
     Event, Key, OpKind, Operation, Orchestration, OrchestrationState, Orphan, Outputs, Resource,
@@ -37,6 +37,7 @@ mod columns;
 mod connect;
 mod events;
 mod expiry;
+mod gauges;
 mod group;
 mod leases;
 mod maintenance;
@@ -293,6 +294,18 @@ impl Store for SqlStore {
 
     async fn count_instance_versions(&self) -> Result<Vec<VersionCount>, StoreError> {
         SqlStore::count_instance_versions(self).await
+    }
+
+    async fn count_in_progress(
+        &self,
+        now: i64,
+        unclaimed_since: i64,
+    ) -> Result<Vec<InProgress>, StoreError> {
+        SqlStore::count_in_progress(self, now, unclaimed_since).await
+    }
+
+    async fn count_resources(&self) -> Result<Vec<ResourceCount>, StoreError> {
+        SqlStore::count_resources(self).await
     }
 
     async fn rekey(&self) -> Result<u64, StoreError> {

@@ -252,6 +252,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         advertised.abort();
     });
     if args.no_leader_election {
+        metrics.set_leader(true);
         controllers.await;
     } else {
         let namespace = args
@@ -276,7 +277,10 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
                 return Ok(());
             }
         }
-        lock.hold(controllers).await?;
+        metrics.set_leader(true);
+        let held = lock.hold(controllers).await;
+        metrics.set_leader(false);
+        held?;
     }
     info!("controllers stopped");
     http.abort();
