@@ -36,8 +36,14 @@ stringData: {username: platform, password: node-e2e-s3cret}
 /// brokkr as `deploy/overlays/single` installs it, serving catalogs/manifests with the roles of
 /// deploy/rbac/manifests.yaml; its broker and controller Ready by their own probes.
 fn single_with_manifests() -> Install {
-    let catalog = std::fs::read_to_string(root().join("catalogs/manifests/manifests.yaml")).unwrap();
-    let install = Install::apply("overlays/single", Some(&catalog), &["manifests.yaml"], BROKER_AUTH);
+    let catalog =
+        std::fs::read_to_string(root().join("catalogs/manifests/manifests.yaml")).unwrap();
+    let install = Install::apply(
+        "overlays/single",
+        Some(&catalog),
+        &["manifests.yaml"],
+        BROKER_AUTH,
+    );
     let broker = install.rolled_out("statefulset/brokkr");
     let controller = install.rolled_out("deploy/brokkr-controller");
     eprintln!("rolled out: broker after {broker:?}, controller {controller:?} after that");
@@ -88,11 +94,22 @@ spec:
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn the_seeds_flow_runs_on_real_pods() {
     let install = single_with_manifests();
-    let broker = condition("brokkr", "clusterservicebroker", "brokkr", "Ready", "FetchedCatalog").await;
+    let broker = condition(
+        "brokkr",
+        "clusterservicebroker",
+        "brokkr",
+        "Ready",
+        "FetchedCatalog",
+    )
+    .await;
     assert_eq!(broker["status"], "True");
     // The broker's metrics, through its Service (the API server's proxy to it).
     let metrics = kubectl(
-        &["get", "--raw", "/api/v1/namespaces/brokkr/services/brokkr:http/proxy/metrics"],
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/brokkr/services/brokkr:http/proxy/metrics",
+        ],
         "",
     );
     assert!(metrics.contains("brokkr_http_requests"), "{metrics}");
@@ -137,7 +154,11 @@ spec:
 "
     ));
     let binding = ready(ns, SBD, "orders-app", Duration::from_secs(60));
-    let secret = binding["spec"]["secretName"].as_str().unwrap_or("orders-app").to_owned();
+    // The binding's Secret: spec.secretName, or the binding's own name.
+    let secret = binding["spec"]["secretName"]
+        .as_str()
+        .unwrap_or("orders-app")
+        .to_owned();
     let written = get(ns, "secret", &secret).expect("the binding's Secret");
     assert_eq!(written["type"], "servicebinding.io/postgresql");
 
@@ -176,7 +197,12 @@ spec:
   workload: {{apiVersion: apps/v1, kind: Deployment, name: reader}}
 "
     ));
-    log_holds(ns, "app=reader", "read a row of writer", Duration::from_secs(120));
+    log_holds(
+        ns,
+        "app=reader",
+        "read a row of writer",
+        Duration::from_secs(120),
+    );
 
     // Everything deleted, in any order: nothing of the instance is left.
     for what in [
@@ -194,15 +220,30 @@ spec:
     wait_for("the instance to be gone", Duration::from_secs(180), || {
         get(ns, SI, "orders").is_none().then_some(())
     });
-    for selector in ["app.kubernetes.io/name=postgresql", "app.kubernetes.io/managed-by=brokkr"] {
-        wait_for("the instance's objects to be gone", Duration::from_secs(120), || {
-            let out = kubectl(
-                &["-n", ns, "get", "pods,services,secrets,persistentvolumeclaims", "-l",
-                  selector, "-o", "name"],
-                "",
-            );
-            out.trim().is_empty().then_some(())
-        });
+    for selector in [
+        "app.kubernetes.io/name=postgresql",
+        "app.kubernetes.io/managed-by=brokkr",
+    ] {
+        wait_for(
+            "the instance's objects to be gone",
+            Duration::from_secs(120),
+            || {
+                let out = kubectl(
+                    &[
+                        "-n",
+                        ns,
+                        "get",
+                        "pods,services,secrets,persistentvolumeclaims",
+                        "-l",
+                        selector,
+                        "-o",
+                        "name",
+                    ],
+                    "",
+                );
+                out.trim().is_empty().then_some(())
+            },
+        );
     }
     assert!(
         get(ns, "secret", &secret).is_none(),
@@ -218,7 +259,14 @@ spec:
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn redis_mysql_and_memcached_serve_their_clients_on_real_pods() {
     let install = single_with_manifests();
-    condition("brokkr", "clusterservicebroker", "brokkr", "Ready", "FetchedCatalog").await;
+    condition(
+        "brokkr",
+        "clusterservicebroker",
+        "brokkr",
+        "Ready",
+        "FetchedCatalog",
+    )
+    .await;
     let namespace = Namespace::new();
     let ns = namespace.as_str();
     let tenant = Tenant::edit(ns).await;
@@ -267,8 +315,13 @@ spec:
             "{service} instance Ready {:?} after its creation",
             after(created(&instance), true_since(&instance, "Ready").unwrap())
         );
-        let binding = ready(ns, SBD, &format!("{service}-app"), Duration::from_secs(60));
-        let secret = binding["spec"]["secretName"].as_str().unwrap().to_owned();
+        let name = format!("{service}-app");
+        let binding = ready(ns, SBD, &name, Duration::from_secs(60));
+        // The binding's Secret: spec.secretName, or the binding's own name.
+        let secret = binding["spec"]["secretName"]
+            .as_str()
+            .unwrap_or(&name)
+            .to_owned();
         let script = serde_json::to_string(script).unwrap();
         tenant.apply(&format!(
             "apiVersion: v1
@@ -283,12 +336,25 @@ spec:
     envFrom: [{{prefix: DB_, secretRef: {{name: {secret}}}}}]
 "
         ));
-        log_holds(ns, &format!("app={service}-client"), said, Duration::from_secs(120));
+        log_holds(
+            ns,
+            &format!("app={service}-client"),
+            said,
+            Duration::from_secs(120),
+        );
     }
     let _ = try_kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=false"], None);
     for (service, _, _) in &clients {
         tenant
-            .try_kubectl(&["delete", &format!("{SBD}/{service}-app"), &format!("{SI}/{service}"), "--wait=false"], None)
+            .try_kubectl(
+                &[
+                    "delete",
+                    &format!("{SBD}/{service}-app"),
+                    &format!("{SI}/{service}"),
+                    "--wait=false",
+                ],
+                None,
+            )
             .unwrap_or_else(|e| panic!("{e}"));
     }
     for (service, _, _) in &clients {
@@ -370,10 +436,22 @@ fn said(object: &Value, needle: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn a_database_that_never_comes_up_fails_its_instance_with_the_pods_reason() {
-    let install = Install::apply("overlays/single", Some(NEVER_UP), &["manifests.yaml"], BROKER_AUTH);
+    let install = Install::apply(
+        "overlays/single",
+        Some(NEVER_UP),
+        &["manifests.yaml"],
+        BROKER_AUTH,
+    );
     install.rolled_out("statefulset/brokkr");
     install.rolled_out("deploy/brokkr-controller");
-    condition("brokkr", "clusterservicebroker", "brokkr", "Ready", "FetchedCatalog").await;
+    condition(
+        "brokkr",
+        "clusterservicebroker",
+        "brokkr",
+        "Ready",
+        "FetchedCatalog",
+    )
+    .await;
     let namespace = Namespace::new();
     let ns = namespace.as_str();
     let tenant = Tenant::edit(ns).await;
@@ -403,9 +481,15 @@ spec:
         );
         eprintln!("{plan}: failed after {:?}: {message}", asked.elapsed());
         assert!(message.contains(reason), "{plan}: {message}");
-        assert!(message.contains(&format!("Pod down-")), "{plan} names its Pod: {message}");
+        assert!(
+            message.contains(&format!("Pod down-")),
+            "{plan} names its Pod: {message}"
+        );
         let instance = get(ns, SI, plan).unwrap();
-        assert!(true_since(&instance, "Ready").is_none(), "{plan} is not Ready");
+        assert!(
+            true_since(&instance, "Ready").is_none(),
+            "{plan} is not Ready"
+        );
     }
     for (plan, _) in cases {
         tenant
@@ -413,17 +497,32 @@ spec:
             .unwrap_or_else(|e| panic!("{e}"));
     }
     for (plan, _) in cases {
-        wait_for("the failed instances to be gone", Duration::from_secs(120), || {
-            get(ns, SI, plan).is_none().then_some(())
-        });
-    }
-    wait_for("their Pods and StatefulSets to be gone", Duration::from_secs(120), || {
-        let out = kubectl(
-            &["-n", ns, "get", "pods,statefulsets", "-l", "app.kubernetes.io/name=never-up", "-o", "name"],
-            "",
+        wait_for(
+            "the failed instances to be gone",
+            Duration::from_secs(120),
+            || get(ns, SI, plan).is_none().then_some(()),
         );
-        out.trim().is_empty().then_some(())
-    });
+    }
+    wait_for(
+        "their Pods and StatefulSets to be gone",
+        Duration::from_secs(120),
+        || {
+            let out = kubectl(
+                &[
+                    "-n",
+                    ns,
+                    "get",
+                    "pods,statefulsets",
+                    "-l",
+                    "app.kubernetes.io/name=never-up",
+                    "-o",
+                    "name",
+                ],
+                "",
+            );
+            out.trim().is_empty().then_some(())
+        },
+    );
     drop(install);
 }
 
@@ -465,7 +564,14 @@ spec:
 ",
     );
     kubectl(
-        &["-n", "brokkr-e2e-store", "rollout", "status", "deploy/store", "--timeout=120s"],
+        &[
+            "-n",
+            "brokkr-e2e-store",
+            "rollout",
+            "status",
+            "deploy/store",
+            "--timeout=120s",
+        ],
         "",
     );
     use base64::Engine as _;
@@ -485,8 +591,20 @@ stringData:
 /// SQL run in the store's Pod, its answer's rows.
 fn store_query(sql: &str) -> String {
     kubectl(
-        &["-n", "brokkr-e2e-store", "exec", "deploy/store", "--", "psql", "-U", "brokkr", "-d",
-          "brokkr", "-tAc", sql],
+        &[
+            "-n",
+            "brokkr-e2e-store",
+            "exec",
+            "deploy/store",
+            "--",
+            "psql",
+            "-U",
+            "brokkr",
+            "-d",
+            "brokkr",
+            "-tAc",
+            sql,
+        ],
         "",
     )
 }
@@ -502,7 +620,14 @@ async fn the_ha_install_takes_over_from_a_deleted_leader_and_broker() {
     let install = Install::apply("base", None, &[], &secrets);
     install.rolled_out("deploy/brokkr");
     install.rolled_out("deploy/brokkr-controller");
-    condition("brokkr", "clusterservicebroker", "brokkr", "Ready", "FetchedCatalog").await;
+    condition(
+        "brokkr",
+        "clusterservicebroker",
+        "brokkr",
+        "Ready",
+        "FetchedCatalog",
+    )
+    .await;
     let namespace = Namespace::new();
     let ns = namespace.as_str();
     let tenant = Tenant::edit(ns).await;
@@ -537,14 +662,12 @@ spec:
         .iter()
         .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
         .find(|name| {
-            try_kubectl(&["-n", "brokkr", "logs", name], None)
-                .is_ok_and(|log| log.contains(&owner))
+            try_kubectl(&["-n", "brokkr", "logs", name], None).is_ok_and(|log| log.contains(&owner))
         })
         .unwrap_or_else(|| panic!("no broker Pod logged the owner {owner}"));
     let lease = || {
-        get("brokkr", "lease", "brokkr-controller").and_then(|l| {
-            l["spec"]["holderIdentity"].as_str().map(str::to_owned)
-        })
+        get("brokkr", "lease", "brokkr-controller")
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
     };
     let leader = lease().expect("a controller leads");
     eprintln!(
@@ -553,17 +676,33 @@ spec:
         started.elapsed()
     );
     let deleted = Instant::now();
-    kubectl(&["-n", "brokkr", "delete", "pod", &leader, &broker, "--wait=false"], "");
-    let new_leader = wait_for("another controller to lead", Duration::from_secs(60), || {
-        lease().filter(|holder| *holder != leader)
-    });
+    kubectl(
+        &[
+            "-n",
+            "brokkr",
+            "delete",
+            "pod",
+            &leader,
+            &broker,
+            "--wait=false",
+        ],
+        "",
+    );
+    let new_leader = wait_for(
+        "another controller to lead",
+        Duration::from_secs(60),
+        || lease().filter(|holder| *holder != leader),
+    );
     let handover = deleted.elapsed();
     eprintln!("{new_leader} leads {handover:?} after the leader's Pod was deleted");
 
     for i in 0..100 {
         ready(ns, SI, &format!("db-{i:03}"), Duration::from_secs(300));
     }
-    eprintln!("100 instances Ready {:?} after they were created", started.elapsed());
+    eprintln!(
+        "100 instances Ready {:?} after they were created",
+        started.elapsed()
+    );
     // Each instance provisioned exactly once: one provision, never replaced, succeeded.
     let rows = store_query(
         "SELECT count(*), count(*) FILTER (WHERE op_kind = 'provision' AND op_state = 'succeeded' \
@@ -573,8 +712,18 @@ spec:
     let taken_over = store_query(&format!(
         "SELECT count(*) FROM brokkr_resources WHERE op_state = 'in progress' OR lease_owner = '{owner}' AND op_state <> 'succeeded'"
     ));
-    assert_eq!(taken_over.trim(), "0", "nothing left with the deleted broker");
-    let _ = tenant.try_kubectl(&["delete", SI, "--all", "--wait=true", "--timeout=180s"], None);
+    assert_eq!(
+        taken_over.trim(),
+        "0",
+        "nothing left with the deleted broker"
+    );
+    let _ = tenant.try_kubectl(
+        &["delete", SI, "--all", "--wait=true", "--timeout=180s"],
+        None,
+    );
     drop(install);
-    let _ = try_kubectl(&["delete", "namespace", "brokkr-e2e-store", "--wait=false"], None);
+    let _ = try_kubectl(
+        &["delete", "namespace", "brokkr-e2e-store", "--wait=false"],
+        None,
+    );
 }
