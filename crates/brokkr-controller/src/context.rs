@@ -30,6 +30,8 @@ pub struct Context {
     /// How long after its namespace's deletion began an instance or binding still waiting for
     /// its broker is released without it.
     pub namespace_deletion_timeout: std::time::Duration,
+    /// The least time between two rotations of one ServiceBinding.
+    pub min_rotation_interval: std::time::Duration,
     /// Whether `spec.userInfo` is checked by the API server, and so may be forwarded to brokers.
     pub user_info: user_info::Guard,
     /// When each failing instance or binding may call its broker again.
@@ -65,6 +67,7 @@ impl Context {
             cluster_id: None,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
             namespace_deletion_timeout: DEFAULT_NAMESPACE_DELETION_TIMEOUT,
+            min_rotation_interval: DEFAULT_MIN_ROTATION_INTERVAL,
             backoffs: backoff::Backoffs::default(),
             brokers: BrokerPolicy::default(),
             scope: Scope::default(),
@@ -117,6 +120,10 @@ impl Context {
 pub const DEFAULT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 /// The default of [`Context::concurrency`].
 pub const DEFAULT_CONCURRENCY: u16 = 16;
+/// The default of [`Context::min_rotation_interval`]: a minute. A rotation binds, writes a
+/// Secret and rolls every workload that uses it: no binding needs that more often, and a broker
+/// answering a `renew_before` in the past can ask for it without end.
+pub const DEFAULT_MIN_ROTATION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 /// The default of [`Context::namespace_deletion_timeout`]: one hour.
 pub const DEFAULT_NAMESPACE_DELETION_TIMEOUT: std::time::Duration =
     std::time::Duration::from_secs(60 * 60);

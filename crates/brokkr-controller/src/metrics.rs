@@ -1,7 +1,7 @@
 //! The controllers' Prometheus metrics: reconciles and their errors by controller, the objects
 //! due and waiting for a reconcile, whether this replica leads, OSB calls by verb and status,
 //! objects released with their namespace, writes that met another writer's change, and
-//! whether `spec.userInfo` is checked and forwarded.
+//! whether `spec.userInfo` is checked and forwarded, and rotations made to wait for their floor.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +44,15 @@ pub struct Metrics {
     user_info_checked: Gauge,
     queue: Family<ControllerLabels, Gauge>,
     leader: Gauge,
+    rotations_deferred: Family<AskedByLabels, Counter>,
+}
+
+/// The labels of the deferred rotations' counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AskedByLabels {
+    /// Who asked for the rotation: `broker` (its `renew_before` or `expires_at`) or
+    /// `annotation`.
+    pub asked_by: String,
 }
 
 impl Metrics {
@@ -101,6 +110,11 @@ impl Metrics {
             "1 while this replica holds the leader-election Lease (or runs without election), else 0",
             metrics.leader.clone(),
         );
+        sub.register(
+            "rotations_deferred",
+            "ServiceBinding rotations asked for sooner than --min-rotation-interval after the last one, and made to wait, by who asked",
+            metrics.rotations_deferred.clone(),
+        );
         metrics
     }
 
@@ -119,6 +133,15 @@ impl Metrics {
         self.user_info_withheld
             .get_or_create(&KindLabels {
                 kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one rotation made to wait for the floor between rotations.
+    pub fn rotation_deferred(&self, asked_by: &str) {
+        self.rotations_deferred
+            .get_or_create(&AskedByLabels {
+                asked_by: asked_by.to_owned(),
             })
             .inc();
     }

@@ -53,6 +53,8 @@ pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(300);
 pub(super) const CONDITION: &str = "Rotating";
 /// Condition reason: the plan's bindings cannot be rotated.
 const NOT_ROTATABLE: &str = "PlanNotRotatable";
+/// Condition and Event reason: a rotation waits for the floor between two rotations.
+const DEFERRED: &str = "RotationDeferred";
 
 /// The name of a successor's Secret: the binding's Secret name with part of the successor's
 /// id, within the 253 characters of a Secret name.
@@ -98,16 +100,64 @@ impl Reconcile<'_> {
             if previous.current_operation.is_some() || is_past(previous.unbind_after.as_ref()) {
                 return self.retire_previous().await;
             }
-        } else if let Some(why) = self.rotation_wanted() {
+        } else if let Some((why, by_broker)) = self.rotation_wanted() {
+            if let Some(wait) = self.rotation_floor(by_broker).await? {
+                return Ok(Action::requeue(wait));
+            }
             return self.start_rotation(why).await;
         }
         Ok(self.next_wakeup())
     }
 
-    /// Why the binding should rotate now, if it should.
-    pub(super) fn rotation_wanted(&self) -> Option<String> {
+    /// How long a wanted rotation waits for the floor between two rotations of one binding
+    /// (`--min-rotation-interval`, from `status.lastRotationTime`), if it does. The first wait
+    /// of each rotation is said once: the `Rotating` condition, reason `RotationDeferred`, and
+    /// a Warning Event of that reason when it is the broker that asks for more (its
+    /// `renew_before`, or `expires_at`, comes sooner), counted in
+    /// `brokkr_controller_rotations_deferred_total{asked_by}`.
+    async fn rotation_floor(&mut self, by_broker: bool) -> Result<Option<Duration>, Error> {
+        let Some(last) = self.status.last_rotation_time.as_ref().map(|t| t.0) else {
+            return Ok(None);
+        };
+        let floor = SignedDuration::try_from(self.ctx.min_rotation_interval).unwrap_or_default();
+        let Some(next) = last
+            .checked_add(floor)
+            .ok()
+            .filter(|n| *n > Timestamp::now())
+        else {
+            return Ok(None);
+        };
+        let said = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION && c.reason == DEFERRED);
+        if !said {
+            let asked_by = if by_broker { "broker" } else { "annotation" };
+            self.ctx.metrics.rotation_deferred(asked_by);
+            let message = format!(
+                "The {asked_by} asks for a rotation sooner than --min-rotation-interval ({}) \
+                 after the last one ({last}): it starts at {next}",
+                humanize(self.ctx.min_rotation_interval)
+            );
+            self.set(CONDITION, ConditionStatus::False, DEFERRED, message.clone());
+            self.write_status().await?;
+            if by_broker {
+                self.event(EventType::Warning, DEFERRED, &message, "Rotate")
+                    .await;
+            }
+        }
+        Ok(Some(until(next)))
+    }
+
+    /// Why the binding should rotate now, if it should, and whether the broker asks for it
+    /// (else the annotation).
+    pub(super) fn rotation_wanted(&self) -> Option<(String, bool)> {
         if self.rotate_annotation() != self.status.rotate_request {
-            return Some(format!("asked by the annotation {ROTATE_ANNOTATION}"));
+            return Some((
+                format!("asked by the annotation {ROTATE_ANNOTATION}"),
+                false,
+            ));
         }
         let due = self.status.next_rotation_time.as_ref()?;
         let refused = self
@@ -116,7 +166,7 @@ impl Reconcile<'_> {
             .iter()
             .any(|c| c.type_ == CONDITION && c.reason == NOT_ROTATABLE);
         (due.0 <= Timestamp::now() && !refused)
-            .then(|| format!("the broker asks for renewal from {}", due.0))
+            .then(|| (format!("the broker asks for renewal from {}", due.0), true))
     }
 
     /// When to look at the binding again: when its predecessor is to be unbound (at once, when
@@ -458,6 +508,7 @@ impl Reconcile<'_> {
         self.status.last_rotation_time = Some(Time(now));
         self.status.expires_at = expiry.expires_at.map(Time);
         self.status.next_rotation_time = expiry.due().map(Time);
+        self.note_times(&expiry);
         self.ctx.backoffs.forget(&self.uid());
         self.set(
             CONDITION,
@@ -521,7 +572,19 @@ mod tests {
             Some("2026-12-27T18:03:15Z")
         );
         assert_eq!(Expiry::of(None).due(), None);
-        assert_eq!(Expiry::of(Some(&json!({"expires_at": "soon"}))).due(), None);
+        let unparsable = Expiry::of(Some(&json!({"expires_at": "soon", "renew_before": 7})));
+        assert_eq!(unparsable.due(), None);
+        assert_eq!(
+            unparsable.ignored,
+            [Some("expires_at"), Some("renew_before")]
+        );
+        // Valid times are kept, the end of time too (as the latest time Kubernetes holds).
+        let far = Expiry::of(Some(&json!({"expires_at": "9999-12-31T23:59:59Z",
+            "renew_before": "9999-12-30T23:00:00+00:00"})));
+        assert_eq!(far.expires_at, Some(Timestamp::MAX));
+        assert_eq!(far.due(), Some(Timestamp::MAX));
+        assert_eq!(far.ignored, [None, None]);
+        assert_eq!(Expiry::of(Some(&json!({}))).ignored, [None, None]);
     }
 
     #[test]

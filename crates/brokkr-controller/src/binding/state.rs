@@ -68,21 +68,49 @@ pub(super) struct Reconcile<'a> {
 pub(super) struct Expiry {
     pub(super) expires_at: Option<Timestamp>,
     pub(super) renew_before: Option<Timestamp>,
+    /// The fields given that are not RFC 3339 times, and were left out.
+    pub(super) ignored: [Option<&'static str>; 2],
+}
+
+/// The condition that says a broker's expiry time was not understood.
+pub(super) const TIMES_CONDITION: &str = "BrokerTimes";
+
+/// `text` as an RFC 3339 time. A valid time beyond the latest Kubernetes' `Time` holds
+/// (`9999-12-30T22:00:00Z`; `9999-12-31T23:59:59Z`, say) is that latest time, and one before
+/// the earliest, that one: no renewal is ever due that the broker put at the end of time.
+fn rfc3339(text: &str) -> Option<Timestamp> {
+    if let Ok(at) = text.parse::<Timestamp>() {
+        return Some(at);
+    }
+    let pieces = k8s_openapi::jiff::fmt::temporal::Pieces::parse(text).ok()?;
+    pieces.offset()?;
+    pieces.time()?;
+    Some(if pieces.date().year() >= 9999 {
+        Timestamp::MAX
+    } else {
+        Timestamp::MIN
+    })
 }
 
 impl Expiry {
     /// The expiry a bind or fetch answer's `metadata` gives; times that do not parse are left
-    /// out.
+    /// out, and named in `ignored`.
     pub fn of(metadata: Option<&Value>) -> Self {
-        let at = |key: &str| {
-            metadata
-                .and_then(|m| m.get(key))
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse::<Timestamp>().ok())
+        let mut ignored = [None; 2];
+        let mut at = |slot: usize, key: &'static str| {
+            let given = metadata.and_then(|m| m.get(key)).filter(|v| !v.is_null())?;
+            let at = given.as_str().and_then(rfc3339);
+            if at.is_none() {
+                ignored[slot] = Some(key);
+            }
+            at
         };
+        let expires_at = at(0, "expires_at");
+        let renew_before = at(1, "renew_before");
         Self {
-            expires_at: at("expires_at"),
-            renew_before: at("renew_before"),
+            expires_at,
+            renew_before,
+            ignored,
         }
     }
 
@@ -317,6 +345,29 @@ impl Reconcile<'_> {
         });
         self.status.expires_at = expiry.expires_at.map(Time);
         self.status.next_rotation_time = expiry.due().map(Time);
+        self.note_times(&expiry);
+    }
+
+    /// Says in the condition [`TIMES_CONDITION`] which of the broker's expiry times were not
+    /// RFC 3339 times and were ignored; drops it when none was.
+    pub(super) fn note_times(&mut self, expiry: &Expiry) {
+        let ignored: Vec<&str> = expiry.ignored.iter().flatten().copied().collect();
+        if ignored.is_empty() {
+            self.status
+                .conditions
+                .retain(|c| c.type_ != TIMES_CONDITION);
+            return;
+        }
+        self.set(
+            TIMES_CONDITION,
+            ConditionStatus::False,
+            "UnparsableTime",
+            format!(
+                "the broker's {} of the current credentials is not an RFC 3339 time, and was \
+                 ignored: the binding does not rotate by it",
+                ignored.join(" and ")
+            ),
+        );
     }
 
     pub(super) fn slot(&mut self, slot: Slot) -> &mut Option<RotatingBinding> {

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use brokkr_osb::client::{MAX_TEXT, clipped};
+
 use k8s_openapi::jiff::Timestamp;
 
 use crate::runner::Action;
@@ -65,9 +67,10 @@ pub(super) fn mark(
             offered.version
         ),
     };
+    // The broker's text, cut as its other texts are.
     if let Some(description) = offered.description.as_deref().filter(|d| !d.is_empty()) {
         message.push_str(": ");
-        message.push_str(description);
+        message.push_str(&clipped(description, MAX_TEXT));
     }
     let maintenance = instance.spec.maintenance.clone().unwrap_or_default();
     let refused = status.last_condition_state == reason::UPDATE_FAILED
@@ -79,7 +82,8 @@ pub(super) fn mark(
         }
         Some(asked) if Some(asked.as_str()) != runs => {
             message.push_str(&format!(
-                ". spec.maintenance.version {asked:?} is not a version the plan offers"
+                ". spec.maintenance.version {:?} is not a version the plan offers",
+                clipped(asked, MAX_TEXT)
             ));
             Due::No
         }
@@ -195,6 +199,22 @@ mod tests {
     }
 
     const SATURDAY_3AM: &str = "2026-11-28T03:00:00Z";
+
+    #[test]
+    fn a_brokers_long_description_is_cut_like_its_other_texts() {
+        let mut long = plan(Some("1.1.0"));
+        let description = "x".repeat(3109);
+        long.maintenance_info.as_mut().unwrap().description = Some(description);
+        let mut status = runs("1.0.0");
+        let now = SATURDAY_3AM.parse().unwrap();
+        mark(&asking(None), &mut status, &long, now);
+        let message = condition(&status).unwrap();
+        assert!(
+            message.contains(&format!("{}…", "x".repeat(MAX_TEXT))),
+            "{message}"
+        );
+        assert!(!message.contains(&"x".repeat(MAX_TEXT + 1)));
+    }
 
     #[test]
     fn an_instance_at_the_offered_version_has_no_condition() {

@@ -20,14 +20,18 @@ pub struct PlanMaintenanceInfo {
     pub description: Option<String>,
 }
 
+/// A semantic version 2.0 (semver.org's expression), as OSB's `maintenance_info.version` is.
+const SEMVER: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$";
+
 /// What a ServiceInstance asks of upgrades. Without it, an instance stays at the version it
 /// was provisioned with, and its `UpgradeAvailable` condition says when its plan offers another.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceMaintenance {
     /// Upgrade to this maintenance version as soon as the plan offers it (now, whatever the
-    /// window).
+    /// window). A semantic version (OSB's `maintenance_info.version`), at most 256 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 256, "pattern" = SEMVER))]
     pub version: Option<String>,
     /// Upgrade to whatever version the plan offers, by itself, within `window`.
     #[serde(default)]
@@ -151,6 +155,19 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_crd_bounds_the_version_an_instance_asks_for() {
+        let crd = crate::resources::crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "ServiceInstance")
+            .unwrap();
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let version = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["maintenance"]
+            ["properties"]["version"];
+        assert_eq!(version["maxLength"], 256, "{version}");
+        assert_eq!(version["pattern"], SEMVER);
     }
 
     fn window(days: &[Day], start: &str, duration: &str) -> MaintenanceWindow {

@@ -66,6 +66,11 @@ pub struct ControllerArgs {
     /// Event about the Namespace.
     #[arg(long, env = "BROKKR_NAMESPACE_DELETION_TIMEOUT", default_value = "1h", value_parser = crate::config::parse_duration)]
     namespace_deletion_timeout: Duration,
+    /// The least time between two rotations of one ServiceBinding: a rotation asked for sooner
+    /// (by the annotation, or by a broker's `renew_before`) waits until then; a broker that
+    /// asks for more gets a Warning Event.
+    #[arg(long, env = "BROKKR_MIN_ROTATION_INTERVAL", default_value = "1m", value_parser = crate::config::parse_duration)]
+    min_rotation_interval: Duration,
     /// The most bytes read of a broker's catalog (`8Mi`, `512Ki` or a number of bytes).
     #[arg(long, env = "BROKKR_BROKER_MAX_CATALOG_BYTES", default_value = "8Mi", value_parser = parse_size)]
     broker_max_catalog_bytes: u64,
@@ -223,6 +228,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         cluster_id: cluster_id.clone(),
         wait_timeout: args.wait_timeout,
         namespace_deletion_timeout: args.namespace_deletion_timeout,
+        min_rotation_interval: args.min_rotation_interval,
         brokers: brokers.clone(),
         scope,
         concurrency: args.concurrency,
