@@ -661,3 +661,79 @@ fn the_tenant_quota_example_counts_brokkrs_kinds_within_the_controllers_bounds()
         assert_eq!(env(c, var)["value"], default.to_string(), "{var}");
     }
 }
+
+/// A variable of scripts/images: `NAME=value` or `NAME=(words...)`, as words.
+fn images_script_var(script: &str, name: &str) -> Vec<String> {
+    let line = script
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("scripts/images sets {name}"));
+    line.trim_start_matches('(')
+        .trim_end_matches(')')
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A JSON-array instruction of the Dockerfile's final stage (`ENTRYPOINT`, `CMD`) as words.
+fn exec_form(lines: &[&String], instruction: &str) -> Vec<String> {
+    let text = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
+        .unwrap_or_else(|| panic!("{instruction} in the final stage"));
+    serde_json::from_str(text).unwrap()
+}
+
+#[test]
+fn the_image_scripts_images_builds_holds_what_the_dockerfiles_final_stage_holds() {
+    let lines = dockerfile();
+    let last_from = lines.iter().rposition(|l| l.starts_with("FROM ")).unwrap();
+    let stage: Vec<&String> = lines[last_from..].iter().collect();
+    let script = read("scripts/images");
+    let var = |name: &str| images_script_var(&script, name);
+    let single = |name: &str| var(name).join(" ");
+
+    // The same release build of the same package.
+    assert!(script.contains("cargo build --release --locked -p brokkr"));
+    // User, working directory, entrypoint, arguments and ports.
+    let user = stage.iter().find_map(|l| l.strip_prefix("USER ")).unwrap();
+    assert_eq!(single("BROKKR_USER"), *user);
+    let workdir = stage
+        .iter()
+        .find_map(|l| l.strip_prefix("WORKDIR "))
+        .unwrap();
+    assert_eq!(single("BROKKR_WORKDIR"), *workdir);
+    assert_eq!(
+        vec![single("BROKKR_BINARY")],
+        exec_form(&stage, "ENTRYPOINT")
+    );
+    assert_eq!(var("BROKKR_CMD"), exec_form(&stage, "CMD"));
+    let exposed: Vec<String> = stage
+        .iter()
+        .find_map(|l| l.strip_prefix("EXPOSE "))
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(var("BROKKR_PORTS"), exposed);
+    // The binary where the build stage installs it, and the store's directory made as there:
+    // the user's, mode 0750.
+    let run = lines.iter().find(|l| l.contains("cargo build")).unwrap();
+    assert!(
+        run.contains(&format!("/out{}", single("BROKKR_BINARY"))),
+        "{run}"
+    );
+    let (uid, gid) = user.split_once(':').unwrap();
+    assert!(
+        run.contains(&format!(
+            "install -d -o {uid} -g {gid} -m 0750 /out{workdir}"
+        )),
+        "{run}"
+    );
+    assert!(script.contains(
+        "install -d -o \"${BROKKR_USER%%:*}\" -g \"${BROKKR_USER##*:}\" -m 0750 \"$r$BROKKR_WORKDIR\""
+    ));
+    // CA certificates, as distroless/cc has them.
+    assert!(script.contains("/etc/ssl/certs/ca-certificates.crt"));
+}

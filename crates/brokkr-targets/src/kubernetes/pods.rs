@@ -21,7 +21,12 @@ const MESSAGE_LIMIT: usize = 300;
 
 impl Kubernetes {
     /// What keeps the Pods of `live` (a workload of `kind`) from being ready, if it can tell.
-    pub(super) async fn pod_trouble(&self, at: &Located, kind: &str, live: &Value) -> Option<String> {
+    pub(super) async fn pod_trouble(
+        &self,
+        at: &Located,
+        kind: &str,
+        live: &Value,
+    ) -> Option<String> {
         if !POD_OWNERS.contains(&kind) {
             return None;
         }
@@ -51,20 +56,21 @@ pub(super) fn trouble(pod: &Pod) -> Option<String> {
         return None;
     }
     let status = pod.status.as_ref()?;
-    let condition = |kind: &str| {
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == kind)
-    };
+    let condition = |kind: &str| status.conditions.iter().flatten().find(|c| c.type_ == kind);
     if let Some(c) = condition("PodScheduled").filter(|c| c.status == "False") {
-        let why = c.message.as_deref().or(c.reason.as_deref()).unwrap_or("no reason given");
+        let why = c
+            .message
+            .as_deref()
+            .or(c.reason.as_deref())
+            .unwrap_or("no reason given");
         return Some(format!("Pod {name} cannot be scheduled: {}", cut(why)));
     }
     if status.phase.as_deref() == Some("Failed") {
         let why = status.message.as_deref().or(status.reason.as_deref());
-        return Some(format!("Pod {name} failed: {}", cut(why.unwrap_or("no reason given"))));
+        return Some(format!(
+            "Pod {name} failed: {}",
+            cut(why.unwrap_or("no reason given"))
+        ));
     }
     let containers = status.init_container_statuses.iter().flatten();
     let containers = containers.chain(status.container_statuses.iter().flatten());
@@ -174,9 +180,11 @@ mod tests {
             trouble(&unready).unwrap(),
             "Pod pg-0: container postgresql running but not ready (its readiness probe has not passed)"
         );
-        let unscheduled = pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+        let unscheduled = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
             "status": "False", "reason": "Unschedulable",
-            "message": "0/1 nodes are available: 1 Insufficient memory."}]}));
+            "message": "0/1 nodes are available: 1 Insufficient memory."}]}),
+        );
         assert_eq!(
             trouble(&unscheduled).unwrap(),
             "Pod pg-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient memory."
