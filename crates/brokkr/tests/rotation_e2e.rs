@@ -345,3 +345,56 @@ async fn an_expiring_binding_rotates_by_itself() {
     kubectl(&["-n", ns, "delete", SBD, "orders-app"], "");
     kubectl(&["-n", ns, "delete", "serviceinstance", "orders"], "");
 }
+
+/// A broker that asks for renewal a second after every bind (`renew_before` 30 s of a 31 s
+/// lifetime), with a grace period of 0: the tenant's binding rotates once, then waits for the
+/// controller's floor between rotations (`--min-rotation-interval`, 1 minute), and the tenant
+/// reads why in a Warning Event and the `Rotating` condition — not a rotation per reconcile.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_broker_that_always_asks_for_renewal_gets_one_rotation_a_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, broker_url) = serve_expiring(dir.path(), "31s", "30s");
+    let scope = Scope::new(&broker_url).await;
+    let ns = scope.namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    tenant.apply(&instance_and_binding(&scope, 0));
+    let deferred = eventually("the second rotation deferred", async || {
+        let b = get(ns, SBD, "orders-app")?;
+        let rotating = b["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Rotating" && c["reason"] == "RotationDeferred")?
+            .clone();
+        Some((b, rotating))
+    })
+    .await;
+    let (bound, rotating) = deferred;
+    let last = bound["status"]["lastRotationTime"].clone();
+    assert!(last.is_string(), "{bound}");
+    assert!(
+        rotating["message"]
+            .as_str()
+            .unwrap()
+            .contains("--min-rotation-interval (1m)"),
+        "{rotating}"
+    );
+    let events = tenant
+        .try_kubectl(
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=RotationDeferred",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(events.contains("orders-app"), "{events:.2000}");
+    // No rotation meanwhile.
+    tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+    let after = get(ns, SBD, "orders-app").unwrap();
+    assert_eq!(after["status"]["lastRotationTime"], last);
+}

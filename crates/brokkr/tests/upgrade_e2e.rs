@@ -155,3 +155,45 @@ spec:
     );
     kubectl(&["-n", ns, "delete", "serviceinstance", "orders"], "");
 }
+
+/// A namespace's editor cannot store a maintenance version that is not a semantic version of
+/// at most 256 characters (the CRD bounds it; the controller would echo it in a condition).
+/// Needs no broker: the API server refuses it.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn an_editor_cannot_store_a_huge_or_malformed_maintenance_version() {
+    install_crds();
+    let namespace = Namespace::new();
+    let ns = namespace.as_str();
+    let tenant = Tenant::edit(ns).await;
+    let with_version = |version: &str| {
+        format!(
+            "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: orders, namespace: {ns}}}
+spec:
+  clusterServiceClassExternalName: postgresql
+  clusterServicePlanExternalName: small
+  maintenance: {{version: \"{version}\"}}
+"
+        )
+    };
+    let huge = format!("1.0.0-{}", "a".repeat(1_000_000));
+    for refused in [huge.as_str(), "latest", "1.0", "1.0.0; rm -rf /"] {
+        let said = tenant
+            .try_kubectl(
+                &["apply", "--dry-run=server", "-f", "-"],
+                Some(&with_version(refused)),
+            )
+            .expect_err("refused");
+        assert!(said.contains("spec.maintenance.version"), "{said:.300}");
+    }
+    for accepted in ["1.1.0", "2.0.0-rc.1+build.7"] {
+        tenant
+            .try_kubectl(
+                &["apply", "--dry-run=server", "-f", "-"],
+                Some(&with_version(accepted)),
+            )
+            .unwrap_or_else(|e| panic!("{accepted}: {e}"));
+    }
+}
