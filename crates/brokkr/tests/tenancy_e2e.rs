@@ -439,6 +439,86 @@ async fn an_identity_written_while_the_policy_was_away_is_never_forwarded() {
     );
 }
 
+/// The shipped `brokkr-user-info` policy and binding, put back as they are in deploy/base when
+/// dropped (the binding deleted first: `apply` would keep a field a patch added).
+struct ShippedPolicyOnDrop;
+
+impl Drop for ShippedPolicyOnDrop {
+    fn drop(&mut self) {
+        let _ = try_kubectl(
+            &[
+                "delete",
+                "validatingadmissionpolicybinding",
+                "brokkr-user-info",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        let policy = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/base/user-info-policy.yaml"),
+        )
+        .unwrap();
+        let _ = try_kubectl(&["apply", "-f", "-"], Some(&policy));
+    }
+}
+
+/// An admin narrows the policy's binding to namespaces labelled `brokkr-user-info: checked`,
+/// which the tenants' namespace is not: a second editor there creates an instance with a forged
+/// `userInfo` (alice, in `system:masters`), which the API server now admits. The broker gets no
+/// identity, and the instance's `OriginatingIdentity` condition says it was withheld. Needs an
+/// API server that serves policies (1.30+); skipped where it does not.
+#[tokio::test]
+#[ignore = "needs a Kubernetes API server: BROKKR_E2E_KUBECONFIG"]
+async fn a_policy_an_admin_narrowed_is_not_trusted_and_the_instance_says_so() {
+    let (_dir, log, _broker, broker_url) = logged_broker();
+    let scope = Scope::cluster(&broker_url).await;
+    let ns = scope.namespace.as_str();
+    let alice = Tenant::edit(ns).await;
+    let carol = Tenant::editor(ns, &format!("carol-of-{ns}")).await;
+    if install_user_info_policy(&alice).await.is_none() {
+        eprintln!("the API server serves no ValidatingAdmissionPolicy: nothing to test");
+        return;
+    }
+    let _restore = ShippedPolicyOnDrop;
+    kubectl(
+        &[
+            "patch",
+            "validatingadmissionpolicybinding",
+            "brokkr-user-info",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"matchResources":{"namespaceSelector":{"matchLabels":{"brokkr-user-info":"checked"}}}}}"#,
+        ],
+        "",
+    );
+    let forged = "  userInfo: {username: alice, groups: [tenants-a, system:masters]}\n";
+    eventually("the forged userInfo admitted", async || {
+        carol.try_apply(&instance(ns, "forged", forged)).ok()
+    })
+    .await;
+    condition(ns, SI, "forged", "Ready", "ProvisionedSuccessfully").await;
+    let instance = get(ns, SI, "forged").unwrap();
+    assert!(
+        instance["status"]["externalProperties"]["userInfo"].is_null(),
+        "{instance}"
+    );
+    let said = instance["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "OriginatingIdentity")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(said["reason"], "UserInfoNotChecked", "{instance}");
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(
+        !logged.contains("system:masters"),
+        "an identity nobody checked reached the broker"
+    );
+}
+
 /// Bind requests the broker logged for the binding id `id`.
 fn binds(log: &std::path::Path, id: &str) -> usize {
     std::fs::read_to_string(log)
