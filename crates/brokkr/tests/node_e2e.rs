@@ -482,7 +482,7 @@ spec:
         eprintln!("{plan}: failed after {:?}: {message}", asked.elapsed());
         assert!(message.contains(reason), "{plan}: {message}");
         assert!(
-            message.contains(&format!("Pod down-")),
+            message.contains("Pod down-"),
             "{plan} names its Pod: {message}"
         );
         let instance = get(ns, SI, plan).unwrap();

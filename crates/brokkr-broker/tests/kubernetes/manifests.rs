@@ -57,7 +57,10 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
             Some(&format!("waiting for StatefulSet {name} to be ready")),
         )
         .await;
-    assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
+    // On a real node the database may be ready before the poll sees it wait.
+    if matches!(cluster, Cluster::Fake(_)) || waiting.body["state"] != "succeeded" {
+        assert_eq!(waiting.body["state"], "in progress", "{:?}", waiting.body);
+    }
     if let Cluster::Fake(fake) = cluster {
         // While it waits for readiness, the step watches the StatefulSet (10 s at a time, then
         // it reads it again) without applying again: one apply per object, and no read of the
