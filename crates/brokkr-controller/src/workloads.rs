@@ -11,7 +11,7 @@
 //! may have missed, and so does every subscriber when a watch lists its kind (at its start, or
 //! after it lost its place) instead of hearing of each workload listed.
 //!
-//! [`edit`] is how both controllers change a workload: a JSON patch guarded by the version it
+//! `edit` is how both controllers change a workload: a JSON patch guarded by the version it
 //! was computed from, made anew when another writer came in between.
 
 use std::collections::HashMap;
