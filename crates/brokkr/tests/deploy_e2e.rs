@@ -16,25 +16,14 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::cluster::{cel_rules_served, kubectl, try_kubectl, without_cel_rules};
+use support::node::{documents, root, unserved_kinds};
 use support::{BIN, free_port};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn documents(text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(text)
-        .unwrap()
-        .into_iter()
-        .filter(|d| d.is_object())
-        .collect()
-}
 
 fn deploy(dir: &str) -> String {
     root().join("deploy").join(dir).display().to_string()
@@ -374,29 +363,8 @@ fn run_controller_as_its_service_account(dir: &Path) {
 #[ignore = "needs a cluster: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 fn every_kustomization_applies_to_a_real_api_server() {
     let dir = tempfile::tempdir().unwrap();
-    let served = kubectl(&["api-resources", "-o", "name"], "");
-    let served: Vec<&str> = served.lines().collect();
     // ValidatingAdmissionPolicies (Kubernetes 1.30), PodDisruptionBudgets of policy/v1 (1.21).
-    let mut unserved: Vec<&str> = [
-        (
-            "validatingadmissionpolicies.admissionregistration.k8s.io",
-            "ValidatingAdmissionPolicy",
-        ),
-        (
-            "validatingadmissionpolicybindings.admissionregistration.k8s.io",
-            "ValidatingAdmissionPolicyBinding",
-        ),
-    ]
-    .into_iter()
-    .filter(|(resource, _)| !served.contains(resource))
-    .map(|(_, kind)| kind)
-    .collect();
-    if !kubectl(&["api-versions"], "")
-        .lines()
-        .any(|l| l == "policy/v1")
-    {
-        unserved.push("PodDisruptionBudget");
-    }
+    let unserved = unserved_kinds();
 
     // The CRDs first, Established before anything uses their kinds.
     let crds = deploy("crds");

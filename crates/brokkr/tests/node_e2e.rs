@@ -33,21 +33,49 @@ metadata: {name: brokkr-broker-auth, namespace: brokkr}
 stringData: {username: platform, password: node-e2e-s3cret}
 ";
 
+/// brokkr as `deploy/<dir>` installs it (see [`Install::apply`]), its broker and controller
+/// rolled out (Ready by their own probes) and its ClusterServiceBroker Ready: the broker's
+/// catalog listed through the broker's Service.
+async fn serving(dir: &str, config: Option<&str>, rbac: &[&str], secrets: &str) -> Install {
+    let install = Install::apply(dir, config, rbac, secrets);
+    let broker = if dir == "base" {
+        "deploy/brokkr"
+    } else {
+        "statefulset/brokkr"
+    };
+    let took = install.rolled_out(broker);
+    let then = install.rolled_out("deploy/brokkr-controller");
+    eprintln!("rolled out: {broker} after {took:?}, the controller {then:?} after that");
+    condition(
+        "brokkr",
+        "clusterservicebroker",
+        "brokkr",
+        "Ready",
+        "FetchedCatalog",
+    )
+    .await;
+    install
+}
+
 /// brokkr as `deploy/overlays/single` installs it, serving catalogs/manifests with the roles of
-/// deploy/rbac/manifests.yaml; its broker and controller Ready by their own probes.
-fn single_with_manifests() -> Install {
+/// deploy/rbac/manifests.yaml.
+async fn single_with_manifests() -> Install {
     let catalog =
         std::fs::read_to_string(root().join("catalogs/manifests/manifests.yaml")).unwrap();
-    let install = Install::apply(
+    serving(
         "overlays/single",
         Some(&catalog),
         &["manifests.yaml"],
         BROKER_AUTH,
-    );
-    let broker = install.rolled_out("statefulset/brokkr");
-    let controller = install.rolled_out("deploy/brokkr-controller");
-    eprintln!("rolled out: broker after {broker:?}, controller {controller:?} after that");
-    install
+    )
+    .await
+}
+
+/// A fresh namespace and its editor, as whom the tests act.
+async fn tenant() -> (Namespace, Tenant) {
+    let namespace = Namespace::new();
+    let tenant = Tenant::edit(namespace.as_str()).await;
+    (namespace, tenant)
 }
 
 /// Waits for condition `Ready` of `kind/name` in `ns` to be `True`; on a time-out, says what
@@ -93,16 +121,7 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn the_seeds_flow_runs_on_real_pods() {
-    let install = single_with_manifests();
-    let broker = condition(
-        "brokkr",
-        "clusterservicebroker",
-        "brokkr",
-        "Ready",
-        "FetchedCatalog",
-    )
-    .await;
-    assert_eq!(broker["status"], "True");
+    let install = single_with_manifests().await;
     // The broker's metrics, through its Service (the API server's proxy to it).
     let metrics = kubectl(
         &[
@@ -114,9 +133,8 @@ async fn the_seeds_flow_runs_on_real_pods() {
     );
     assert!(metrics.contains("brokkr_http_requests"), "{metrics}");
 
-    let namespace = Namespace::new();
+    let (namespace, tenant) = tenant().await;
     let ns = namespace.as_str();
-    let tenant = Tenant::edit(ns).await;
     let asked = Instant::now();
     tenant.apply(&format!(
         "apiVersion: services.brokkr.dev/v1alpha1
@@ -258,18 +276,9 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn redis_mysql_and_memcached_serve_their_clients_on_real_pods() {
-    let install = single_with_manifests();
-    condition(
-        "brokkr",
-        "clusterservicebroker",
-        "brokkr",
-        "Ready",
-        "FetchedCatalog",
-    )
-    .await;
-    let namespace = Namespace::new();
+    let install = single_with_manifests().await;
+    let (namespace, tenant) = tenant().await;
     let ns = namespace.as_str();
-    let tenant = Tenant::edit(ns).await;
     let clients = [
         (
             "redis",
@@ -436,25 +445,15 @@ fn said(object: &Value, needle: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn a_database_that_never_comes_up_fails_its_instance_with_the_pods_reason() {
-    let install = Install::apply(
+    let install = serving(
         "overlays/single",
         Some(NEVER_UP),
         &["manifests.yaml"],
         BROKER_AUTH,
-    );
-    install.rolled_out("statefulset/brokkr");
-    install.rolled_out("deploy/brokkr-controller");
-    condition(
-        "brokkr",
-        "clusterservicebroker",
-        "brokkr",
-        "Ready",
-        "FetchedCatalog",
     )
     .await;
-    let namespace = Namespace::new();
+    let (namespace, tenant) = tenant().await;
     let ns = namespace.as_str();
-    let tenant = Tenant::edit(ns).await;
     let cases = [
         ("absent-image", "ErrImageNeverPull"),
         ("unpullable", "ImagePull"),
@@ -617,20 +616,9 @@ fn store_query(sql: &str) -> String {
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn the_ha_install_takes_over_from_a_deleted_leader_and_broker() {
     let secrets = store();
-    let install = Install::apply("base", None, &[], &secrets);
-    install.rolled_out("deploy/brokkr");
-    install.rolled_out("deploy/brokkr-controller");
-    condition(
-        "brokkr",
-        "clusterservicebroker",
-        "brokkr",
-        "Ready",
-        "FetchedCatalog",
-    )
-    .await;
-    let namespace = Namespace::new();
+    let install = serving("base", None, &[], &secrets).await;
+    let (namespace, tenant) = tenant().await;
     let ns = namespace.as_str();
-    let tenant = Tenant::edit(ns).await;
     let instances: Vec<String> = (0..100)
         .map(|i| {
             format!(
