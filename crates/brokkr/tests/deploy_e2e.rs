@@ -4,8 +4,8 @@
 //! CRDs Established, and every object read back as written (the server's defaults aside). The
 //! controller's RBAC is then checked where it matters: `kubectl auth can-i` as its
 //! ServiceAccount, and `brokkr controller` itself, run on loopback with that ServiceAccount's
-//! token, taking the Lease and listing a loopback `brokkr serve`'s catalog (Pods stay Pending
-//! without a kubelet, so the processes under test run here).
+//! token, taking the Lease and listing a loopback `brokkr serve`'s catalog (the processes under
+//! test run here; node_e2e runs the install's own Pods from the `brokkr:dev` image).
 //!
 //! Kubernetes before 1.21 has no `policy/v1` PodDisruptionBudget: against such a server the
 //! PDBs are left out (and the test says so) and the rest is applied from `kubectl kustomize`;

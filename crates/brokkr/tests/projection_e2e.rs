@@ -1,9 +1,9 @@
 //! Credentials into workloads on a real API server (`#[ignore]`d; run with
 //! `BROKKR_E2E_KUBECONFIG=… cargo test -p brokkr --test projection_e2e -- --ignored`): the
 //! seeds' ServiceBindingUsage flow on brokkr's shared-server catalog and the local PostgreSQL, and
-//! the servicebinding.io conformance scenarios as assertions on pod templates. No kubelet runs,
-//! so what a pod would get is read from the Deployment's template and from the ReplicaSet that
-//! kube-controller-manager makes of it.
+//! the servicebinding.io conformance scenarios as assertions on pod templates: what a Pod would
+//! get is read from the Deployment's template and from the ReplicaSet kube-controller-manager
+//! makes of it (the workloads' images are not there to run; node_e2e runs real ones).
 
 mod support;
 

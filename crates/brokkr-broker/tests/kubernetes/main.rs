@@ -4,9 +4,10 @@
 //!
 //! The fast tests run against the in-memory fake API server. The `#[ignore]`d ones run the same
 //! flows against a real cluster (`BROKKR_E2E_KUBECONFIG=… cargo test -p brokkr-broker --test
-//! kubernetes -- --ignored`) that needs only kube-apiserver, etcd and kube-controller-manager: with
-//! no kubelet, Pods stay Pending, so the tests set the status readiness waits for (a Pod's Ready
-//! condition, a KubeDB resource's phase) and create what KubeDB would (its auth Secret).
+//! kubernetes -- --ignored`) whose node runs Pods (`scripts/e2e-cluster`, with the images of
+//! `scripts/images`): the manifests catalog's PostgreSQL turns Ready by its own probe. With no
+//! KubeDB operator, the tests set a KubeDB resource's phase and create what KubeDB would (its
+//! auth Secret); no test writes a Pod's status.
 //!
 //! One module per flow: `manifests` and `kubedb` (the two catalogs' lifecycles), `namespaces`
 //! (the namespace policies), `requests` (what brokkr asks of the API server) and `upgrades` (an
