@@ -102,12 +102,15 @@ async fn a_million_character_description_is_cut_in_the_instance_and_binding_cond
     cut_message(&instance, "Failed", "Provision failed: ");
     small(&cluster, &instance);
     let events = cluster.events("failing");
+    // The broker said it failed: nothing ambiguous about it.
     assert!(
         events.iter().any(
-            |(reason, note)| reason == "StartingInstanceOrphanMitigation" && note.ends_with('…')
+            |(reason, note)| reason == "StartingInstanceOrphanMitigation"
+                && note.starts_with("The provision failed (Provision failed: ")
+                && note.ends_with('…')
         ),
         "{:?}",
-        events.iter().map(|e| &e.0).collect::<Vec<_>>()
+        events
     );
 
     // The bind fails with it.

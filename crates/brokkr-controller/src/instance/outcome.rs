@@ -86,10 +86,19 @@ pub(super) async fn start_orphan_mitigation(
             cause,
         );
     }
-    let message = format!(
-        "The instance provision call failed with an ambiguous error ({cause}); attempting to \
-         deprovision the instance in order to mitigate an orphaned resource"
-    );
+    // A broker that said the provision failed is not ambiguous; an answer that settles
+    // nothing (a timeout, a 5xx) is.
+    let message = if terminal {
+        format!(
+            "The provision failed ({cause}); deprovisioning the instance to remove what the \
+             broker may have left"
+        )
+    } else {
+        format!(
+            "The instance provision call failed with an ambiguous error ({cause}); attempting \
+             to deprovision the instance in order to mitigate an orphaned resource"
+        )
+    };
     set(
         &mut status,
         "Ready",
