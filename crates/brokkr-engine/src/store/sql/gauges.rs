@@ -5,7 +5,8 @@
 use sqlx::Row;
 
 use super::connect::SqlStore;
-use crate::model::{OpKind, Status};
+use super::row::count_kind;
+use crate::model::Status;
 use crate::store::api::{InProgress, ResourceCount};
 use crate::store::error::StoreError;
 
@@ -30,13 +31,8 @@ impl SqlStore {
         .await?;
         rows.iter()
             .map(|r| {
-                let kind: String = r.try_get("op_kind")?;
-                let kind = OpKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
-                    key: "brokkr_resources".into(),
-                    message: format!("op_kind {kind:?}"),
-                })?;
                 Ok(InProgress {
-                    kind,
+                    kind: count_kind(r, "brokkr_resources")?,
                     service_id: r.try_get("service_id")?,
                     plan_id: r.try_get("plan_id")?,
                     count: r.try_get("n")?,

@@ -8,6 +8,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::columns::{binding_col, row_key};
 use super::connect::{Dialect, SqlStore};
+use super::row::count_kind;
 use super::statement::Statement;
 use super::view::Touches;
 use crate::model::{Key, OpKind, Orphan};
@@ -188,11 +189,7 @@ impl SqlStore {
         .await?;
         rows.iter()
             .map(|r| {
-                let kind: String = r.try_get("op_kind")?;
-                let kind = OpKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
-                    key: "brokkr_orphans".into(),
-                    message: format!("op_kind {kind:?}"),
-                })?;
+                let kind = count_kind(r, "brokkr_orphans")?;
                 Ok((kind, r.try_get("step_name")?, r.try_get("n")?))
             })
             .collect()

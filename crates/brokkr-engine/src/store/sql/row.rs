@@ -15,6 +15,16 @@ pub(super) fn seal_context(key: &Key, column: &str) -> String {
     format!("{}\0{}\0{column}", key.instance_id, binding_col(key))
 }
 
+/// The `op_kind` column of a counting query's row from `table`.
+pub(super) fn count_kind(row: &sqlx::any::AnyRow, table: &str) -> Result<OpKind, StoreError> {
+    use sqlx::Row as _;
+    let kind: String = row.try_get("op_kind")?;
+    OpKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+        key: table.into(),
+        message: format!("op_kind {kind:?}"),
+    })
+}
+
 impl SqlStore {
     /// The text stored for a secret-bearing JSON column of `key`.
     pub(super) fn seal(&self, key: &Key, column: &str, value: &impl serde::Serialize) -> String {
