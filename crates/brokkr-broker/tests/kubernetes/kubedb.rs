@@ -6,32 +6,18 @@ use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Connection;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use crate::cluster::{CLUSTER_TURN, Cluster, broker_kubeconfig, fake, real};
 use crate::harness::TestBroker;
-use crate::support::{binding_secret, broker, entries, eventually, object_name, ok};
+use crate::support::{
+    as_admin, binding_secret, broker, entries, eventually, forget_stand_in_database, login,
+    object_name, ok, stand_in_postgres,
+};
 
 const KUBEDB: &str = include_str!("../../../../catalogs/kubedb/kubedb.yaml");
 const KUBEDB_PG: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e01";
 const KUBEDB_PG_SMALL: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e11";
 const KUBEDB_PG_MEDIUM: &str = "5c0e9a31-2b7d-4f6a-9e18-3d4c5b6a7e12";
-
-/// The admin URL of the PostgreSQL server that stands in for the one KubeDB would run: the
-/// test server (BROKKR_TEST_POSTGRES_URL, as scripts/test sets it).
-fn stand_in_admin_url() -> String {
-    std::env::var("BROKKR_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://brokkr:brokkr@127.0.0.1:5432/brokkr_test".into())
-}
-
-/// The stand-in server's host, port and admin login.
-fn stand_in_postgres() -> (String, u16, String, String) {
-    let url = reqwest::Url::parse(&stand_in_admin_url()).unwrap();
-    let host = url.host_str().unwrap().to_owned();
-    let port = url.port().unwrap_or(5432);
-    let password = url.password().unwrap_or_default().to_owned();
-    (host, port, url.username().to_owned(), password)
-}
 
 /// The KubeDB catalog with its PostgreSQL server reached at the stand-in (in a cluster it is
 /// the Service `<name>.<namespace>.svc:5432`) and a database name of its own.
@@ -50,27 +36,6 @@ fn kubedb_catalog(database: &str) -> String {
             "{name: database, value: app}",
             &format!("{{name: database, value: {database}}}"),
         )
-}
-
-/// Connects to `database` as a binding's user.
-async fn login(credentials: &Value) -> Result<PgConnection, sqlx::Error> {
-    let options = PgConnectOptions::new()
-        .host(credentials["host"].as_str().unwrap())
-        .port(u16::try_from(credentials["port"].as_u64().unwrap()).unwrap())
-        .username(credentials["username"].as_str().unwrap())
-        .password(credentials["password"].as_str().unwrap())
-        .database(credentials["database"].as_str().unwrap());
-    PgConnection::connect_with(&options).await
-}
-
-/// Runs `sql` as the stand-in server's admin, in its admin database.
-async fn as_admin(sql: &str) -> Vec<String> {
-    let mut conn = PgConnection::connect(&stand_in_admin_url()).await.unwrap();
-    let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-    rows.into_iter().map(|(r,)| r).collect()
 }
 
 /// Binds `b` with `parameters` and returns its credentials.
@@ -157,7 +122,6 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         .await;
     cluster.kubedb_ready(ns, &name).await;
     ok(&broker.poll(&last, None).await);
-    let owner = format!("{database}_owner");
     let made = format!("SELECT datname::text FROM pg_database WHERE datname = '{database}'");
     assert_eq!(as_admin(&made).await, vec![database.clone()]);
 
@@ -256,8 +220,7 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
             .is_none()
     );
     // KubeDB's WipeOut would remove the server with its data; the stand-in stays.
-    as_admin(&format!("DROP DATABASE {database} WITH (FORCE)")).await;
-    as_admin(&format!("DROP ROLE {owner}")).await;
+    forget_stand_in_database(&database).await;
 }
 
 impl Cluster {

@@ -1,17 +1,55 @@
 //! The catalogs/manifests PostgreSQL plan through the OSB API: provision (labelled objects, one
-//! apply each, readiness seen by watching), bind (a servicebinding.io Secret), an update that
-//! prunes what the new plan no longer renders, unbind and deprovision (the claim too).
+//! apply each, readiness seen by watching, then the database bindings share), bind (a user of
+//! the binding's own, a servicebinding.io Secret), a rotation (the successor's user reads what
+//! the predecessor's wrote; the predecessor's is refused once it is unbound), an update that
+//! prunes what the new plan no longer renders, unbind and deprovision (the claim too). The
+//! instance's server, which the broker outside the cluster cannot reach, is the test
+//! PostgreSQL server.
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
+use sqlx::Connection;
 
 use crate::cluster::{CLUSTER_TURN, Cluster, broker_kubeconfig, fake, real};
+use crate::harness::TestBroker;
 use crate::support::{
-    MANIFESTS, PG, PG_MEDIUM, PG_SMALL, binding_secret, broker, entries, eventually, object_name,
-    ok,
+    PG, PG_MEDIUM, PG_SMALL, as_admin, binding_secret, broker, entries, eventually,
+    forget_stand_in_database, login_at, manifests_at_stand_in, object_name, ok, stand_in_database,
+    stand_in_postgres,
 };
+
+/// Binds `b` to `instance` (with `predecessor`, a rotation) and returns its credentials.
+async fn bind(broker: &TestBroker, instance: &str, b: &str, predecessor: Option<&str>) -> Value {
+    let binding = format!("{instance}/service_bindings/{b}");
+    let mut body = json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL});
+    if let Some(predecessor) = predecessor {
+        body["predecessor_binding_id"] = predecessor.into();
+    }
+    let r = broker
+        .put(&format!("{binding}?accepts_incomplete=true"), body)
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+    broker.get(&binding).await.body["credentials"].clone()
+}
+
+/// Unbinds `b` of an instance of `plan` and waits until it is done.
+async fn unbind(broker: &TestBroker, instance: &str, plan: &str, b: &str) {
+    let binding = format!("{instance}/service_bindings/{b}");
+    let r = broker
+        .delete(&format!(
+            "{binding}?accepts_incomplete=true&service_id={PG}&plan_id={plan}"
+        ))
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    ok(&broker
+        .poll(&format!("{binding}/last_operation"), None)
+        .await);
+}
 
 /// provision → ready → bind → update → unbind → deprovision of the manifests PostgreSQL plan.
 async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
@@ -19,10 +57,12 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     // role covers): the update to medium must prune it.
     let small =
         "{name: server, target: cluster, templates: [pg-secret, pg-service, pg-statefulset]}";
-    assert!(MANIFESTS.contains(small));
+    let database = stand_in_database();
+    let manifests = manifests_at_stand_in(&database);
+    assert!(manifests.contains(small));
     let medium = "    plan: medium\n    instance: *pg-instance\n";
-    assert!(MANIFESTS.contains(medium));
-    let catalog = MANIFESTS
+    assert!(manifests.contains(medium));
+    let catalog = manifests
         .replacen(
             small,
             "{name: server, target: cluster, templates: [pg-secret, pg-service, pg-statefulset, \
@@ -33,7 +73,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         .replacen(
             medium,
             &format!(
-                "    plan: medium\n    instance: {{registry: *pg-registry, steps: [{small}]}}\n"
+                "    plan: medium\n    instance: {{registry: *pg-registry, steps: [{small}, *pg-app-database]}}\n"
             ),
             1,
         );
@@ -136,22 +176,21 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     );
     let claim = cluster.claim(ns, &name).await;
 
-    // Bind: the credentials, and the same as a servicebinding.io Secret.
+    // The provision made the database the bindings share, owned by a role of its own.
+    let made = format!("SELECT datname::text FROM pg_database WHERE datname = '{database}'");
+    assert_eq!(as_admin(&made).await, vec![database.clone()]);
+    let (host, port, _, _) = stand_in_postgres();
+    let server = Some((host.as_str(), port));
+
+    // Bind: a user of the binding's own, its credentials, and the same as a servicebinding.io
+    // Secret.
     let b = uuid::Uuid::new_v4().to_string();
-    let binding = format!("{instance}/service_bindings/{b}");
-    let r = broker
-        .put(
-            &format!("{binding}?accepts_incomplete=true"),
-            json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL}),
-        )
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
-    let credentials = broker.get(&binding).await.body["credentials"].clone();
+    let credentials = bind(&broker, &instance, &b, None).await;
     assert_eq!(credentials["type"], "postgresql");
     assert_eq!(credentials["host"], format!("{name}.{ns}.svc"));
+    assert_eq!(credentials["database"], database.as_str());
+    let user = credentials["username"].as_str().unwrap().to_owned();
+    assert!(user.starts_with("b_"), "{user}");
     let secret_name = binding_secret(&name, &b);
     let secret = cluster.get("v1", "Secret", ns, &secret_name).await.unwrap();
     assert_eq!(secret["type"], "servicebinding.io/postgresql");
@@ -168,11 +207,61 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
             .await
             .unwrap(),
     );
-    assert_eq!(written["password"], auth["password"]);
+    assert_ne!(
+        written["password"], auth["password"],
+        "a binding has the server's admin password"
+    );
     assert_eq!(
         secret["metadata"]["labels"]["brokkr.dev/binding-id"],
         b.as_str()
     );
+    let mut conn = login_at(server, &credentials).await.unwrap();
+    for sql in [
+        "CREATE TABLE orders (id int)",
+        "INSERT INTO orders VALUES (1)",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+
+    // A rotation: the successor is a new user, which uses what the predecessor made; once the
+    // predecessor is unbound, its credentials are refused and the successor's still work.
+    let successor = uuid::Uuid::new_v4().to_string();
+    let rotated = bind(&broker, &instance, &successor, Some(&b)).await;
+    assert_ne!(rotated["username"], credentials["username"]);
+    assert_ne!(rotated["password"], credentials["password"]);
+    let mut conn = login_at(server, &rotated).await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (2)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    login_at(server, &credentials)
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    unbind(&broker, &instance, PG_SMALL, &b).await;
+    assert!(
+        cluster
+            .get("v1", "Secret", ns, &secret_name)
+            .await
+            .is_none()
+    );
+    let refused = login_at(server, &credentials).await.err();
+    let refused = refused.expect("the predecessor's credentials still log in");
+    assert!(
+        refused.to_string().contains(&user),
+        "refused for another reason: {refused}"
+    );
+    let mut conn = login_at(server, &rotated).await.unwrap();
+    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(count, 2);
+    conn.close().await.unwrap();
 
     // The version is chosen at provision: an update may not change it.
     let r = broker
@@ -215,22 +304,16 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         "the Secret of the small plan is still there"
     );
 
-    // Unbind removes the Secret.
-    let r = broker
-        .delete(&format!(
-            "{binding}?accepts_incomplete=true&service_id={PG}&plan_id={PG_MEDIUM}"
-        ))
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
+    // Unbind removes the Secret and the user.
+    unbind(&broker, &instance, PG_MEDIUM, &successor).await;
+    let secret_name = binding_secret(&name, &successor);
     assert!(
         cluster
             .get("v1", "Secret", ns, &secret_name)
             .await
             .is_none()
     );
+    assert!(login_at(server, &rotated).await.is_err());
 
     // Deprovision removes everything, the claim too (pvc_policy: delete).
     let r = broker
@@ -257,6 +340,8 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         claim.is_none().then_some(())
     })
     .await;
+    // The instance's server would go with it; the stand-in stays.
+    forget_stand_in_database(&database).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,7 +6,10 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::cluster::{CLUSTER_TURN, Cluster, broker_kubeconfig, fake, real};
-use crate::support::{MANIFESTS, PG, PG_SMALL, broker, object_name, ok};
+use crate::support::{
+    MANIFESTS, PG, PG_SMALL, broker, forget_stand_in_database, manifests_at_stand_in, object_name,
+    ok, stand_in_database,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_namespace_missing_from_the_context_fails_the_provision() {
@@ -40,7 +43,9 @@ async fn a_per_instance_namespace_lives_as_long_as_its_instance() {
 /// provision → ready → deprovision of the manifests PostgreSQL plan with `namespace:
 /// per-instance`: the namespace comes with the instance and goes with it.
 async fn per_instance_namespace(cluster: &Cluster, kubeconfig: &str) {
-    let catalog = MANIFESTS.replace("namespace: from-context", "namespace: per-instance");
+    let database = stand_in_database();
+    let catalog = manifests_at_stand_in(&database)
+        .replace("namespace: from-context", "namespace: per-instance");
     let broker = broker(&catalog, kubeconfig).await;
     let id = uuid::Uuid::new_v4().to_string();
     let name = object_name("pg", &id);
@@ -70,6 +75,7 @@ async fn per_instance_namespace(cluster: &Cluster, kubeconfig: &str) {
     ok(&done);
     assert!(!done.description().contains("skipped"), "{:?}", done.body);
     assert!(cluster.namespace(&ns).await.is_none());
+    forget_stand_in_database(&database).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

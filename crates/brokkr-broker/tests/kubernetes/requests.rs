@@ -8,7 +8,10 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::cluster::{CLUSTER_TURN, Cluster, broker_kubeconfig, fake, real};
-use crate::support::{MANIFESTS, PG, PG_SMALL, broker, eventually, object_name, ok};
+use crate::support::{
+    PG, PG_SMALL, broker, eventually, forget_stand_in_database, manifests_at_stand_in, object_name,
+    ok, stand_in_database,
+};
 
 /// A deprovision step whose last-deleted object is held by a finalizer waits for it without
 /// asking again about the objects it already deleted.
@@ -138,7 +141,8 @@ async fn manifests_postgres_costs_the_api_server_one_request_per_object_and_phas
         unreachable!()
     };
     let kubeconfig = broker_kubeconfig(&cluster, &kubeconfig, &["manifests.yaml"]).await;
-    let broker = broker(MANIFESTS, &kubeconfig).await;
+    let database = stand_in_database();
+    let broker = broker(&manifests_at_stand_in(&database), &kubeconfig).await;
     let watched = [
         "secrets",
         "services",
@@ -266,4 +270,5 @@ async fn manifests_postgres_costs_the_api_server_one_request_per_object_and_phas
             "{request}: {deprovision:?}"
         );
     }
+    forget_stand_in_database(&database).await;
 }
