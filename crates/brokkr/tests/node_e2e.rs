@@ -18,13 +18,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::cluster::{Namespace, Tenant, condition, get, kubectl, try_kubectl};
-use support::node::{Install, after, created, log_holds, pods, root, true_since, wait_for};
+use support::node::{
+    Install, after, created, log_holds, pods, root, secret_entries as entries, true_since, wait_for,
+};
 
 const SBD: &str = "servicebindings.services.brokkr.dev";
 const SI: &str = "serviceinstances.services.brokkr.dev";
 const USAGE: &str = "servicebindingusages.services.brokkr.dev";
 const SBIO: &str = "servicebindings.servicebinding.io";
 const CLIENT: &str = "brokkr-e2e/client:1";
+/// The seeds' flow's rotation grace period: how long both credentials work.
+const GRACE_SECONDS: u64 = 20;
 
 /// The broker's credentials in the install's Secret.
 const BROKER_AUTH: &str = "apiVersion: v1
@@ -117,7 +121,9 @@ spec:
 /// is the instance Ready; a ServiceBinding gives its Secret; a ServiceBindingUsage injects it
 /// into a Deployment whose Pod connects and writes a row; a servicebinding.io ServiceBinding
 /// projects the same Secret into a second Deployment whose Pod reads `/bindings/…` and reads
-/// the row back. Deleting everything leaves no Pod, Service, Secret or claim of the instance.
+/// the row back. A rotation reaches both Deployments' next Pods, which use the rows the old
+/// user wrote, and the old credentials are refused once the grace period is over. Deleting
+/// everything leaves no Pod, Service, Secret or claim of the instance.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn the_seeds_flow_runs_on_real_pods() {
@@ -169,6 +175,7 @@ kind: ServiceBinding
 metadata: {{name: orders-app, namespace: {ns}}}
 spec:
   instanceRef: {{name: orders}}
+  rotationGracePeriodSeconds: {GRACE_SECONDS}
 "
     ));
     let binding = ready(ns, SBD, "orders-app", Duration::from_secs(60));
@@ -179,13 +186,18 @@ spec:
         .to_owned();
     let written = get(ns, "secret", &secret).expect("the binding's Secret");
     assert_eq!(written["type"], "servicebinding.io/postgresql");
+    let first = entries(&written);
+    assert!(
+        first["username"].starts_with("b_"),
+        "a user of the binding's own"
+    );
 
     // The seeds' ServiceBindingUsage: the Secret's entries as DB_-prefixed variables.
     tenant.apply(&app(
         ns,
         "writer",
         "until psql \"$DB_uri\" -v ON_ERROR_STOP=1 -c \"CREATE TABLE IF NOT EXISTS seen (who text); \
-         INSERT INTO seen VALUES ('writer')\"; do sleep 1; done; echo row written; sleep 100000",
+         INSERT INTO seen VALUES (current_user)\"; do sleep 1; done; echo row written as $DB_username; sleep 100000",
     ));
     tenant.apply(&format!(
         "apiVersion: services.brokkr.dev/v1alpha1
@@ -197,14 +209,20 @@ spec:
   parameters: {{envPrefix: {{name: DB_}}}}
 "
     ));
-    log_holds(ns, "app=writer", "row written", Duration::from_secs(120));
+    let written_as = |user: &str| format!("row written as {user}");
+    log_holds(
+        ns,
+        "app=writer",
+        &written_as(&first["username"]),
+        Duration::from_secs(120),
+    );
 
     // The servicebinding.io runtime: the same Secret as files under $SERVICE_BINDING_ROOT.
     tenant.apply(&app(
         ns,
         "reader",
         "until [ -f \"$SERVICE_BINDING_ROOT/orders/uri\" ] && psql \"$(cat \"$SERVICE_BINDING_ROOT/orders/uri\")\" -tAc \
-         'SELECT who FROM seen' | grep -q writer; do sleep 1; done; echo read a row of writer; sleep 100000",
+         'SELECT count(*) FROM seen' | grep -qv '^0$'; do sleep 1; done; echo read rows as $(cat \"$SERVICE_BINDING_ROOT/orders/username\"); sleep 100000",
     ));
     tenant.apply(&format!(
         "apiVersion: servicebinding.io/v1
@@ -215,12 +233,98 @@ spec:
   workload: {{apiVersion: apps/v1, kind: Deployment, name: reader}}
 "
     ));
+    let read_as = |user: &str| format!("read rows as {user}");
     log_holds(
         ns,
         "app=reader",
-        "read a row of writer",
+        &read_as(&first["username"]),
         Duration::from_secs(120),
     );
+
+    // A rotation: new credentials in a new Secret, and both Deployments roll to Pods that use
+    // them, on the rows the old user wrote.
+    let asked = Instant::now();
+    tenant
+        .try_kubectl(
+            &[
+                "annotate",
+                SBD,
+                "orders-app",
+                "services.brokkr.dev/rotate=node-e2e",
+            ],
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rotated = wait_for(
+        "the binding to move to a new Secret",
+        Duration::from_secs(60),
+        || {
+            let binding = get(ns, SBD, "orders-app")?;
+            let name = binding["status"]["binding"]["name"].as_str()?.to_owned();
+            (name != secret).then_some(name)
+        },
+    );
+    let second = entries(&get(ns, "secret", &rotated).expect("the successor's Secret"));
+    assert_ne!(second["username"], first["username"]);
+    log_holds(
+        ns,
+        "app=writer",
+        &written_as(&second["username"]),
+        Duration::from_secs(120),
+    );
+    log_holds(
+        ns,
+        "app=reader",
+        &read_as(&second["username"]),
+        Duration::from_secs(120),
+    );
+    eprintln!(
+        "rotation: both applications' next Pods use the new credentials {:?} after it was asked for",
+        asked.elapsed()
+    );
+    // Once the grace period is over, the predecessor is unbound: its Secret is gone and its
+    // credentials are refused by the database, while the successor's work.
+    wait_for(
+        "the predecessor to be unbound",
+        Duration::from_secs(GRACE_SECONDS + 60),
+        || {
+            let binding = get(ns, SBD, "orders-app")?;
+            let done = binding["status"]["previousBinding"].is_null()
+                && get(ns, "secret", &secret).is_none();
+            done.then_some(())
+        },
+    );
+    assert!(
+        asked.elapsed() >= Duration::from_secs(GRACE_SECONDS),
+        "the predecessor was unbound before its grace period was over"
+    );
+    let reader = pods(ns, "app=reader");
+    let reader = reader
+        .iter()
+        .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .expect("a running reader");
+    let reader = reader["metadata"]["name"].as_str().unwrap();
+    let psql = |uri: &str| {
+        tenant.try_kubectl(
+            &[
+                "exec",
+                reader,
+                "--",
+                "psql",
+                uri,
+                "-tAc",
+                "SELECT count(*) FROM seen",
+            ],
+            None,
+        )
+    };
+    let refused = psql(&first["uri"]).expect_err("the old credentials still log in");
+    assert!(
+        refused.contains("password authentication failed"),
+        "refused for another reason: {refused}"
+    );
+    let rows = psql(&second["uri"]).expect("the new credentials log in");
+    assert!(rows.trim().parse::<u32>().unwrap() >= 2, "{rows}");
 
     // Everything deleted, in any order: nothing of the instance is left.
     for what in [
@@ -272,7 +376,7 @@ spec:
 
 /// Redis, MySQL (MariaDB standing in for it) and Memcached from catalogs/manifests the same
 /// way: each instance's Pod Ready by its own probe, and a client Pod that connects through its
-/// binding's Secret.
+/// binding's Secret (for MySQL, as the binding's own user).
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
 async fn redis_mysql_and_memcached_serve_their_clients_on_real_pods() {
@@ -331,6 +435,10 @@ spec:
             .as_str()
             .unwrap_or(&name)
             .to_owned();
+        if *service == "mysql" {
+            let written = entries(&get(ns, "secret", &secret).expect("the binding's Secret"));
+            assert!(written["username"].starts_with("b_"), "a user of its own");
+        }
         let script = serde_json::to_string(script).unwrap();
         tenant.apply(&format!(
             "apiVersion: v1

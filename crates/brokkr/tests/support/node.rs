@@ -272,6 +272,20 @@ pub fn pods(ns: &str, selector: &str) -> Vec<Value> {
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
+/// A Secret's entries, decoded.
+pub fn secret_entries(secret: &Value) -> std::collections::BTreeMap<String, String> {
+    use base64::Engine as _;
+    let data = secret["data"].as_object().cloned().unwrap_or_default();
+    data.into_iter()
+        .map(|(key, value)| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(value.as_str().unwrap_or_default())
+                .unwrap();
+            (key, String::from_utf8(bytes).unwrap())
+        })
+        .collect()
+}
+
 /// The time of condition `type_` of `object` when its status is `True`.
 pub fn true_since(object: &Value, type_: &str) -> Option<SystemTime> {
     let condition = object["status"]["conditions"]
