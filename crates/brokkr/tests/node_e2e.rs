@@ -374,6 +374,139 @@ spec:
     drop(install);
 }
 
+/// The Service brokkr makes a binding's user through is the tenant's to edit: a namespace
+/// editor who points their instance's Service at another tenant's database gets no user there.
+/// brokkr logs in with their own instance's admin password, which the other server refuses; the
+/// bind fails, saying so without the password, and the other database has no user of theirs.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+async fn a_service_pointed_at_another_tenants_database_gives_no_user_there() {
+    let install = single_with_manifests().await;
+    let (mallory_ns, mallory) = tenant().await;
+    let (victim_ns, victim) = tenant().await;
+    let (mallory_ns, victim_ns) = (mallory_ns.as_str(), victim_ns.as_str());
+    let instance = |ns: &str| {
+        format!(
+            "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: orders, namespace: {ns}}}
+spec:
+  clusterServiceClassExternalName: postgresql
+  clusterServicePlanExternalName: small
+"
+        )
+    };
+    mallory.apply(&instance(mallory_ns));
+    victim.apply(&instance(victim_ns));
+    ready(mallory_ns, SI, "orders", Duration::from_secs(240));
+    ready(victim_ns, SI, "orders", Duration::from_secs(240));
+    let database = |ns: &str| {
+        let found = pods(ns, "app.kubernetes.io/name=postgresql");
+        let pod = found.first().expect("a database Pod").clone();
+        let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+        let ip = pod["status"]["podIP"].as_str().unwrap().to_owned();
+        (name, ip)
+    };
+    let (victim_pod, victim_ip) = database(victim_ns);
+    let roles = || {
+        kubectl(
+            &[
+                "-n",
+                victim_ns,
+                "exec",
+                &victim_pod,
+                "--",
+                "psql",
+                "-U",
+                "postgres",
+                "-tAc",
+                "SELECT rolname FROM pg_roles WHERE rolname LIKE 'b\\_%' ORDER BY 1",
+            ],
+            "",
+        )
+    };
+    let before = roles();
+
+    // Mallory's Service, its selector gone, sends to the victim's database Pod.
+    let service = kubectl(
+        &[
+            "-n",
+            mallory_ns,
+            "get",
+            "services",
+            "-l",
+            "app.kubernetes.io/name=postgresql",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ],
+        "",
+    );
+    mallory
+        .try_kubectl(
+            &[
+                "patch",
+                "service",
+                &service,
+                "--type=json",
+                "-p",
+                r#"[{"op": "remove", "path": "/spec/selector"}]"#,
+            ],
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    mallory
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1
+kind: Endpoints
+metadata: {{name: {service}, namespace: {mallory_ns}}}
+subsets:
+- addresses: [{{ip: {victim_ip}}}]
+  ports: [{{name: postgresql, port: 5432, protocol: TCP}}]
+"
+            )),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    mallory.apply(&format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBinding
+metadata: {{name: orders-app, namespace: {mallory_ns}}}
+spec:
+  instanceRef: {{name: orders}}
+"
+    ));
+    let refused = wait_for("the bind to fail", Duration::from_secs(120), || {
+        let binding = get(mallory_ns, SBD, "orders-app")?;
+        said(&binding, "authentication failed")
+    });
+    eprintln!("the bind through a Service pointed elsewhere: {refused}");
+    let auth = entries(&get(mallory_ns, "secret", &format!("{service}-auth")).unwrap());
+    assert!(
+        !refused.contains(&auth["password"]),
+        "the message holds the admin password"
+    );
+    assert!(
+        get(mallory_ns, "secret", "orders-app").is_none(),
+        "a Secret was written"
+    );
+    assert_eq!(roles(), before, "a user was made in the victim's database");
+
+    for (tenant, ns) in [(&mallory, mallory_ns), (&victim, victim_ns)] {
+        tenant
+            .try_kubectl(&["delete", SBD, "--all", "--wait=false"], None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        tenant
+            .try_kubectl(&["delete", SI, "--all", "--wait=false"], None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        wait_for("the instance to be gone", Duration::from_secs(180), || {
+            get(ns, SI, "orders").is_none().then_some(())
+        });
+    }
+    drop(install);
+}
+
 /// Redis, MySQL (MariaDB standing in for it) and Memcached from catalogs/manifests the same
 /// way: each instance's Pod Ready by its own probe, and a client Pod that connects through its
 /// binding's Secret (for MySQL, as the binding's own user).

@@ -4,11 +4,10 @@
 
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::Connection;
 
 use crate::cluster::{CLUSTER_TURN, Cluster, broker_kubeconfig, fake, real};
-use crate::harness::TestBroker;
 use crate::support::{
     as_admin, binding_secret, broker, entries, eventually, forget_stand_in_database, login,
     object_name, ok, stand_in_postgres,
@@ -36,36 +35,6 @@ fn kubedb_catalog(database: &str) -> String {
             "{name: database, value: app}",
             &format!("{{name: database, value: {database}}}"),
         )
-}
-
-/// Binds `b` with `parameters` and returns its credentials.
-async fn bind(broker: &TestBroker, instance: &str, b: &str, parameters: Value) -> Value {
-    let binding = format!("{instance}/service_bindings/{b}");
-    let r = broker
-        .put(
-            &format!("{binding}?accepts_incomplete=true"),
-            json!({"organization_guid": "org", "space_guid": "space", "service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL, "parameters": parameters}),
-        )
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
-    broker.get(&binding).await.body["credentials"].clone()
-}
-
-/// Unbinds `b` and waits until it is done.
-async fn unbind(broker: &TestBroker, instance: &str, b: &str) {
-    let binding = format!("{instance}/service_bindings/{b}");
-    let r = broker
-        .delete(&format!(
-            "{binding}?accepts_incomplete=true&service_id={KUBEDB_PG}&plan_id={KUBEDB_PG_MEDIUM}"
-        ))
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
 }
 
 /// provision → ready → two binds, each with its own user → update to medium → unbind →
@@ -127,7 +96,13 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
 
     // Each binding gets a user of its own in the instance's database.
     let writer = uuid::Uuid::new_v4().to_string();
-    let credentials = bind(&broker, &instance, &writer, json!({})).await;
+    let credentials = broker
+        .bind(
+            &instance,
+            &writer,
+            json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL}),
+        )
+        .await;
     assert_eq!(credentials["host"], host.as_str());
     assert_eq!(credentials["port"], port);
     assert_eq!(credentials["database"], database.as_str());
@@ -152,7 +127,9 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     assert_eq!(published["username"], user.as_str());
 
     let reader = uuid::Uuid::new_v4().to_string();
-    let read_only = bind(&broker, &instance, &reader, json!({"access": "read-only"})).await;
+    let read_only = broker
+        .bind(&instance, &reader, json!({"service_id": KUBEDB_PG, "plan_id": KUBEDB_PG_SMALL, "parameters": {"access": "read-only"}}))
+        .await;
     assert_ne!(read_only["username"], user.as_str());
     let mut conn = login(&read_only).await.unwrap();
     let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders")
@@ -193,7 +170,9 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     login(&read_only).await.unwrap().close().await.unwrap();
 
     // Unbinding drops the user: its credentials stop working, the other binding's do not.
-    unbind(&broker, &instance, &writer).await;
+    broker
+        .unbind(&instance, &writer, KUBEDB_PG, KUBEDB_PG_MEDIUM)
+        .await;
     assert!(
         cluster
             .get("v1", "Secret", ns, &secret_name)
@@ -204,7 +183,9 @@ async fn kubedb_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     assert!(as_admin(&gone).await.is_empty());
     assert!(login(&credentials).await.is_err());
     login(&read_only).await.unwrap().close().await.unwrap();
-    unbind(&broker, &instance, &reader).await;
+    broker
+        .unbind(&instance, &reader, KUBEDB_PG, KUBEDB_PG_MEDIUM)
+        .await;
 
     let r = broker
         .delete(&format!(

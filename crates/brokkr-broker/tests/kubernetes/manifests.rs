@@ -9,47 +9,15 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::Connection;
 
 use crate::cluster::{CLUSTER_TURN, Cluster, broker_kubeconfig, fake, real};
-use crate::harness::TestBroker;
 use crate::support::{
     PG, PG_MEDIUM, PG_SMALL, as_admin, binding_secret, broker, entries, eventually,
     forget_stand_in_database, login_at, manifests_at_stand_in, object_name, ok, stand_in_database,
     stand_in_postgres,
 };
-
-/// Binds `b` to `instance` (with `predecessor`, a rotation) and returns its credentials.
-async fn bind(broker: &TestBroker, instance: &str, b: &str, predecessor: Option<&str>) -> Value {
-    let binding = format!("{instance}/service_bindings/{b}");
-    let mut body = json!({"organization_guid": "org", "space_guid": "space", "service_id": PG, "plan_id": PG_SMALL});
-    if let Some(predecessor) = predecessor {
-        body["predecessor_binding_id"] = predecessor.into();
-    }
-    let r = broker
-        .put(&format!("{binding}?accepts_incomplete=true"), body)
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
-    broker.get(&binding).await.body["credentials"].clone()
-}
-
-/// Unbinds `b` of an instance of `plan` and waits until it is done.
-async fn unbind(broker: &TestBroker, instance: &str, plan: &str, b: &str) {
-    let binding = format!("{instance}/service_bindings/{b}");
-    let r = broker
-        .delete(&format!(
-            "{binding}?accepts_incomplete=true&service_id={PG}&plan_id={plan}"
-        ))
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
-    ok(&broker
-        .poll(&format!("{binding}/last_operation"), None)
-        .await);
-}
 
 /// provision → ready → bind → update → unbind → deprovision of the manifests PostgreSQL plan.
 async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
@@ -185,7 +153,13 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     // Bind: a user of the binding's own, its credentials, and the same as a servicebinding.io
     // Secret.
     let b = uuid::Uuid::new_v4().to_string();
-    let credentials = bind(&broker, &instance, &b, None).await;
+    let credentials = broker
+        .bind(
+            &instance,
+            &b,
+            json!({"service_id": PG, "plan_id": PG_SMALL}),
+        )
+        .await;
     assert_eq!(credentials["type"], "postgresql");
     assert_eq!(credentials["host"], format!("{name}.{ns}.svc"));
     assert_eq!(credentials["database"], database.as_str());
@@ -227,7 +201,13 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     // A rotation: the successor is a new user, which uses what the predecessor made; once the
     // predecessor is unbound, its credentials are refused and the successor's still work.
     let successor = uuid::Uuid::new_v4().to_string();
-    let rotated = bind(&broker, &instance, &successor, Some(&b)).await;
+    let rotated = broker
+        .bind(
+            &instance,
+            &successor,
+            json!({"service_id": PG, "plan_id": PG_SMALL, "predecessor_binding_id": b}),
+        )
+        .await;
     assert_ne!(rotated["username"], credentials["username"]);
     assert_ne!(rotated["password"], credentials["password"]);
     let mut conn = login_at(server, &rotated).await.unwrap();
@@ -242,7 +222,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
         .close()
         .await
         .unwrap();
-    unbind(&broker, &instance, PG_SMALL, &b).await;
+    broker.unbind(&instance, &b, PG, PG_SMALL).await;
     assert!(
         cluster
             .get("v1", "Secret", ns, &secret_name)
@@ -305,7 +285,7 @@ async fn manifests_postgres(cluster: &Cluster, kubeconfig: &str, ns: &str) {
     );
 
     // Unbind removes the Secret and the user.
-    unbind(&broker, &instance, PG_MEDIUM, &successor).await;
+    broker.unbind(&instance, &successor, PG, PG_MEDIUM).await;
     let secret_name = binding_secret(&name, &successor);
     assert!(
         cluster

@@ -158,6 +158,30 @@ pub(crate) async fn broker(catalog: &str, kubeconfig: &str) -> TestBroker {
 }
 
 impl TestBroker {
+    /// Binds `b` to `instance` with the request `body`, waits until the bind is done and returns
+    /// the binding's credentials.
+    pub(crate) async fn bind(&self, instance: &str, b: &str, body: Value) -> Value {
+        let binding = format!("{instance}/service_bindings/{b}");
+        let r = self
+            .put(&format!("{binding}?accepts_incomplete=true"), body)
+            .await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+        ok(&self.poll(&format!("{binding}/last_operation"), None).await);
+        self.get(&binding).await.body["credentials"].clone()
+    }
+
+    /// Unbinds `b` of `instance`, of `service` and `plan`, and waits until it is done.
+    pub(crate) async fn unbind(&self, instance: &str, b: &str, service: &str, plan: &str) {
+        let binding = format!("{instance}/service_bindings/{b}");
+        let r = self
+            .delete(&format!(
+                "{binding}?accepts_incomplete=true&service_id={service}&plan_id={plan}"
+            ))
+            .await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+        ok(&self.poll(&format!("{binding}/last_operation"), None).await);
+    }
+
     /// Polls a last_operation until it is terminal (`timeout` at most), or until its
     /// description contains `until`.
     pub(crate) async fn poll(&self, path: &str, until: Option<&str>) -> Reply {
