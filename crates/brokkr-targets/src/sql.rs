@@ -37,7 +37,13 @@ where
 }
 
 pub(crate) fn classify(kind: &str, target: &str, server: &str, e: &sqlx::Error) -> TargetError {
-    let message = format!("{kind} target {target} ({server}): {e}");
+    let cause = match e {
+        // The server's own words; the driver's rendering of a PostgreSQL error ends in " at line
+        // N", a line of the server's source code, which reads as if it were the user's.
+        sqlx::Error::Database(db) => format!("the server said: {}", db.message()),
+        other => other.to_string(),
+    };
+    let message = format!("{kind} target {target} ({server}): {cause}");
     let transient = match e {
         sqlx::Error::Database(db) => {
             db.code().is_some_and(|code| {

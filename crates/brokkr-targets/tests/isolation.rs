@@ -94,6 +94,58 @@ async fn pg_count(admin: &mut PgConnection, sql: &str, name: &str) -> i64 {
         .unwrap()
 }
 
+/// `url` with its login replaced by `user` and `password`.
+fn with_login(url: &str, user: &str, password: &str) -> String {
+    let mut url = url::Url::parse(url).unwrap();
+    url.set_username(user).unwrap();
+    url.set_password(Some(password)).unwrap();
+    url.to_string()
+}
+
+/// An admin login the server refuses (a Service pointed at another tenant's server, a removed
+/// admin) fails the step in the server's words, never with the password.
+#[tokio::test]
+async fn an_admin_login_the_server_refuses_is_said_without_the_password() {
+    let t = tag();
+    let user = format!("nobody_{t}");
+    let password = format!("not-the-password-{t}");
+    let pg = Postgres::new(
+        "pg",
+        &AdminUrl::parse("pg", &with_login(&pg_url(), &user, &password)).unwrap(),
+        TIMEOUT,
+    )
+    .unwrap();
+    let my = Mysql::new(
+        "my",
+        &AdminUrl::parse("my", &with_login(&mysql_url(), &user, &password)).unwrap(),
+        TIMEOUT,
+    )
+    .unwrap();
+    let cases: [(&dyn Target, Value, String); 2] = [
+        (
+            &pg,
+            json!({"kind": "Database", "name": format!("db_{t}"), "owner": format!("own_{t}")}),
+            // Whichever the server's authentication method says first.
+            format!("\"{user}\""),
+        ),
+        (
+            &my,
+            json!({"kind": "Database", "name": format!("db_{t}")}),
+            format!("Access denied for user '{user}'"),
+        ),
+    ];
+    for (target, resource, said) in cases {
+        let message = match target.apply(&resource, &scope("i", None)).await {
+            Err(TargetError::Invalid(message)) => message,
+            other => panic!("expected the login to be refused, got {other:?}"),
+        };
+        assert!(message.contains(&said), "{message}");
+        assert!(message.contains("the server said: "), "{message}");
+        assert!(!message.contains(" at line "), "{message}");
+        assert!(!message.contains(&password), "{message}");
+    }
+}
+
 #[tokio::test]
 async fn postgres_never_takes_over_another_instances_objects() {
     let pg = postgres();

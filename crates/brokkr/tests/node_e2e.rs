@@ -468,6 +468,36 @@ subsets:
             )),
         )
         .unwrap_or_else(|e| panic!("{e}"));
+    // Once kube-proxy follows, the Service's address answers with the victim's server, which
+    // refuses Mallory's admin login.
+    let (mallory_pod, _) = database(mallory_ns);
+    let auth = entries(&get(mallory_ns, "secret", &format!("{service}-auth")).unwrap());
+    let uri = format!(
+        "postgresql://postgres:{}@{service}.{mallory_ns}.svc:5432/postgres",
+        auth["password"]
+    );
+    wait_for(
+        "the Service to lead to the victim's server",
+        Duration::from_secs(60),
+        || {
+            let out = try_kubectl(
+                &[
+                    "-n",
+                    mallory_ns,
+                    "exec",
+                    &mallory_pod,
+                    "--",
+                    "psql",
+                    &uri,
+                    "-tAc",
+                    "SELECT 1",
+                ],
+                None,
+            );
+            out.err()
+                .filter(|e| e.contains("password authentication failed"))
+        },
+    );
 
     mallory.apply(&format!(
         "apiVersion: services.brokkr.dev/v1alpha1
@@ -482,7 +512,6 @@ spec:
         said(&binding, "authentication failed")
     });
     eprintln!("the bind through a Service pointed elsewhere: {refused}");
-    let auth = entries(&get(mallory_ns, "secret", &format!("{service}-auth")).unwrap());
     assert!(
         !refused.contains(&auth["password"]),
         "the message holds the admin password"
