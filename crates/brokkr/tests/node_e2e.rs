@@ -27,6 +27,8 @@ const SI: &str = "serviceinstances.services.brokkr.dev";
 const USAGE: &str = "servicebindingusages.services.brokkr.dev";
 const SBIO: &str = "servicebindings.servicebinding.io";
 const CLIENT: &str = "brokkr-e2e/client:1";
+/// How soon a namespace holding a database and its binding is gone once deleted.
+const NAMESPACE_GONE: Duration = Duration::from_secs(150);
 /// The seeds' flow's rotation grace period: how long both credentials work.
 const GRACE_SECONDS: u64 = 20;
 
@@ -533,6 +535,43 @@ spec:
             get(ns, SI, "orders").is_none().then_some(())
         });
     }
+    drop(install);
+}
+
+/// Deleting a tenant's namespace deletes its PostgreSQL instance's server together with its
+/// binding: the binding's unbind cannot reach the server to drop its user, which went with the
+/// server, and the namespace is gone soon all the same.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs a cluster with a node: BROKKR_E2E_KUBECONFIG (see docs/testing.md)"]
+async fn a_namespace_deleted_with_its_database_and_binding_goes() {
+    let install = single_with_manifests().await;
+    let (namespace, tenant) = tenant().await;
+    let ns = namespace.as_str();
+    tenant.apply(&format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: orders, namespace: {ns}}}
+spec:
+  clusterServiceClassExternalName: postgresql
+  clusterServicePlanExternalName: small
+---
+apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBinding
+metadata: {{name: orders-app, namespace: {ns}}}
+spec:
+  instanceRef: {{name: orders}}
+"
+    ));
+    ready(ns, SBD, "orders-app", Duration::from_secs(240));
+    let asked = Instant::now();
+    kubectl(&["delete", "namespace", ns, "--wait=false"], "");
+    wait_for("the namespace to be gone", NAMESPACE_GONE, || {
+        get("default", "namespace", ns).is_none().then_some(())
+    });
+    eprintln!(
+        "a namespace with a PostgreSQL instance and a binding gone {:?} after its deletion",
+        asked.elapsed()
+    );
     drop(install);
 }
 
