@@ -96,6 +96,33 @@ fn ready(ns: &str, kind: &str, name: &str, limit: Duration) -> Value {
     found.unwrap_or_else(|| panic!("{kind} {name} not Ready after {limit:?}; its status: {last}"))
 }
 
+/// A ServiceInstance `orders` of catalogs/manifests' PostgreSQL plan `small` in `ns`.
+fn orders(ns: &str) -> String {
+    format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceInstance
+metadata: {{name: orders, namespace: {ns}}}
+spec:
+  clusterServiceClassExternalName: postgresql
+  clusterServicePlanExternalName: small
+"
+    )
+}
+
+/// A ServiceBinding `orders-app` of the instance `orders` in `ns`, with `more` (a line) in its
+/// spec.
+fn orders_app(ns: &str, more: &str) -> String {
+    format!(
+        "apiVersion: services.brokkr.dev/v1alpha1
+kind: ServiceBinding
+metadata: {{name: orders-app, namespace: {ns}}}
+spec:
+  instanceRef: {{name: orders}}
+  {more}
+"
+    )
+}
+
 /// A Deployment `name` of one container of the client image running `script`.
 fn app(ns: &str, name: &str, script: &str) -> String {
     let script = serde_json::to_string(script).unwrap();
@@ -144,15 +171,7 @@ async fn the_seeds_flow_runs_on_real_pods() {
     let (namespace, tenant) = tenant().await;
     let ns = namespace.as_str();
     let asked = Instant::now();
-    tenant.apply(&format!(
-        "apiVersion: services.brokkr.dev/v1alpha1
-kind: ServiceInstance
-metadata: {{name: orders, namespace: {ns}}}
-spec:
-  clusterServiceClassExternalName: postgresql
-  clusterServicePlanExternalName: small
-"
-    ));
+    tenant.apply(&orders(ns));
     let instance = ready(ns, SI, "orders", Duration::from_secs(240));
     let took = asked.elapsed();
     let database = pods(ns, "app.kubernetes.io/name=postgresql");
@@ -171,14 +190,9 @@ spec:
         after(created(pod), pod_ready),
     );
 
-    tenant.apply(&format!(
-        "apiVersion: services.brokkr.dev/v1alpha1
-kind: ServiceBinding
-metadata: {{name: orders-app, namespace: {ns}}}
-spec:
-  instanceRef: {{name: orders}}
-  rotationGracePeriodSeconds: {GRACE_SECONDS}
-"
+    tenant.apply(&orders_app(
+        ns,
+        &format!("rotationGracePeriodSeconds: {GRACE_SECONDS}"),
     ));
     let binding = ready(ns, SBD, "orders-app", Duration::from_secs(60));
     // The binding's Secret: spec.secretName, or the binding's own name.
@@ -387,19 +401,8 @@ async fn a_service_pointed_at_another_tenants_database_gives_no_user_there() {
     let (mallory_ns, mallory) = tenant().await;
     let (victim_ns, victim) = tenant().await;
     let (mallory_ns, victim_ns) = (mallory_ns.as_str(), victim_ns.as_str());
-    let instance = |ns: &str| {
-        format!(
-            "apiVersion: services.brokkr.dev/v1alpha1
-kind: ServiceInstance
-metadata: {{name: orders, namespace: {ns}}}
-spec:
-  clusterServiceClassExternalName: postgresql
-  clusterServicePlanExternalName: small
-"
-        )
-    };
-    mallory.apply(&instance(mallory_ns));
-    victim.apply(&instance(victim_ns));
+    mallory.apply(&orders(mallory_ns));
+    victim.apply(&orders(victim_ns));
     ready(mallory_ns, SI, "orders", Duration::from_secs(240));
     ready(victim_ns, SI, "orders", Duration::from_secs(240));
     let database = |ns: &str| {
@@ -501,14 +504,7 @@ subsets:
         },
     );
 
-    mallory.apply(&format!(
-        "apiVersion: services.brokkr.dev/v1alpha1
-kind: ServiceBinding
-metadata: {{name: orders-app, namespace: {mallory_ns}}}
-spec:
-  instanceRef: {{name: orders}}
-"
-    ));
+    mallory.apply(&orders_app(mallory_ns, ""));
     let refused = wait_for("the bind to fail", Duration::from_secs(120), || {
         let binding = get(mallory_ns, SBD, "orders-app")?;
         said(&binding, "authentication failed")
@@ -547,21 +543,7 @@ async fn a_namespace_deleted_with_its_database_and_binding_goes() {
     let install = single_with_manifests().await;
     let (namespace, tenant) = tenant().await;
     let ns = namespace.as_str();
-    tenant.apply(&format!(
-        "apiVersion: services.brokkr.dev/v1alpha1
-kind: ServiceInstance
-metadata: {{name: orders, namespace: {ns}}}
-spec:
-  clusterServiceClassExternalName: postgresql
-  clusterServicePlanExternalName: small
----
-apiVersion: services.brokkr.dev/v1alpha1
-kind: ServiceBinding
-metadata: {{name: orders-app, namespace: {ns}}}
-spec:
-  instanceRef: {{name: orders}}
-"
-    ));
+    tenant.apply(&format!("{}---\n{}", orders(ns), orders_app(ns, "")));
     ready(ns, SBD, "orders-app", Duration::from_secs(240));
     let asked = Instant::now();
     kubectl(&["delete", "namespace", ns, "--wait=false"], "");
