@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use brokkr_blueprint::Config;
 use brokkr_engine::{Key, OpKind, Status, StoreError};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
@@ -38,12 +39,10 @@ pub fn spawn(broker: AppState, interval: Duration) -> JoinHandle<()> {
     })
 }
 
-/// Starts the unbind of up to [`SWEEP_LIMIT`] bindings whose credentials expired, of the
-/// plans that revoke them; returns how many this broker started (another replica, or a
-/// platform's request, may win some of them).
-pub async fn sweep(broker: &Broker) -> Result<usize, StoreError> {
-    let config = broker.config();
-    let plans: Vec<String> = config
+/// The ids of the plans whose bindings' credentials are revoked once expired (`rotation` with
+/// `revoke_expired` and a `lifetime`).
+pub(crate) fn revoking_plans(config: &Config) -> Vec<String> {
+    config
         .plans()
         .filter(|entry| {
             let binding = entry.blueprint.binding.as_ref();
@@ -52,7 +51,14 @@ pub async fn sweep(broker: &Broker) -> Result<usize, StoreError> {
                 .is_some_and(|r| r.revoke_expired && r.lifetime.is_some())
         })
         .map(|entry| entry.plan.id.clone())
-        .collect();
+        .collect()
+}
+
+/// Starts the unbind of up to [`SWEEP_LIMIT`] bindings whose credentials expired, of the
+/// plans that revoke them; returns how many this broker started (another replica, or a
+/// platform's request, may win some of them).
+pub async fn sweep(broker: &Broker) -> Result<usize, StoreError> {
+    let plans = revoking_plans(&broker.config());
     if plans.is_empty() {
         return Ok(0);
     }

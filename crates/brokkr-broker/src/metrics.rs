@@ -68,12 +68,9 @@ async fn count_instances(broker: &AppState) {
             return;
         }
     };
-    let config = broker.config();
+    let metrics = broker.engine.metrics();
     broker.metrics.set_instances(counts.into_iter().map(|c| {
-        let (service, plan) = match config.plan(&c.service_id, &c.plan_id) {
-            Some(e) => (e.service.name.clone(), e.plan.name.clone()),
-            None => (c.service_id, c.plan_id),
-        };
+        let (service, plan) = metrics.plan_names(&c.service_id, &c.plan_id);
         (service, plan, c.version.unwrap_or_default(), c.count)
     }));
 }
@@ -83,7 +80,6 @@ async fn gauges(broker: &Broker) -> Result<Gauges, StoreError> {
     let store = broker.engine.store();
     let names =
         |service_id: &str, plan_id: &str| broker.engine.metrics().plan_names(service_id, plan_id);
-    store.ping().await?;
     let now = brokkr_engine::now_ms();
     let mut g = Gauges::default();
     for c in store.count_resources().await? {
@@ -110,19 +106,7 @@ async fn gauges(broker: &Broker) -> Result<Gauges, StoreError> {
         g.in_progress
             .push((labels, [c.count, c.overdue, c.unclaimed]));
     }
-    let config = broker.config();
-    let revoking: Vec<String> = config
-        .plans()
-        .filter(|entry| {
-            let rotation = entry
-                .blueprint
-                .binding
-                .as_ref()
-                .and_then(|b| b.rotation.as_ref());
-            rotation.is_some_and(|r| r.revoke_expired && r.lifetime.is_some())
-        })
-        .map(|entry| entry.plan.id.clone())
-        .collect();
+    let revoking = crate::expiry::revoking_plans(&broker.config());
     if !revoking.is_empty() {
         let expired = store
             .expired_bindings(&revoking, now - UNREVOKED_AFTER_MS, EXPIRED_COUNTED)

@@ -1,9 +1,9 @@
 //! The broker's Prometheus registry ([`Metrics`]): HTTP requests by method, route and status,
 //! their latency and open connections, bindings revoked when their credentials expired, and the
 //! gauges counted from the store at each scrape ([`Gauges`]): whether it answered, instances
-//! and bindings by plan and status, ready instances by plan and maintenance version, operations
-//! in progress and those no engine runs, expired credentials not yet revoked, fleet upgrades;
-//! beside the engine's operation, step and orphan families.
+//! and bindings by plan and status, operations in progress and those no engine runs, expired
+//! credentials not yet revoked, fleet upgrades; the ready instances by plan and maintenance
+//! version, from a query of their own; beside the engine's operation, step and orphan families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -32,7 +32,7 @@ pub struct KindLabels {
     pub kind: String,
 }
 
-/// Counters the controllers update; cheap to clone.
+/// The counters and gauges the controllers update; cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
@@ -56,7 +56,7 @@ pub struct AskedByLabels {
 }
 
 impl Metrics {
-    /// Counters registered in `registry` under `brokkr_controller_*`.
+    /// The families, registered in `registry` under `brokkr_controller_*`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         // Each kind at zero from the start, so that the first release is an increase.

@@ -55,7 +55,7 @@ pub const INSTANCES: &str = "serviceinstances";
 pub const BINDINGS: &str = "servicebindings";
 /// The condition that says whether an object's `spec.userInfo` went to its broker.
 pub const CONDITION: &str = "OriginatingIdentity";
-/// How often [`Guard::watch`] looks for the policy, for the log.
+/// How often [`Guard::watch`] looks for the policy, for the log and the gauge of it.
 const RECHECK: Duration = Duration::from_secs(60);
 
 /// Whether the API server checks `spec.userInfo`, as last looked up; shared by every reconcile.
@@ -101,12 +101,11 @@ pub enum Checked<'a> {
     Absent,
     /// Checked by the API server: forwarded.
     Forwarded(&'a UserInfo),
-    /// Not checked, or not known to be: withheld, and why (for the log).
+    /// Not checked, or not known to be: withheld, and why, in words for the object's condition
+    /// (the controller's log says more when the policy's state changes).
     Withheld {
         /// Why, in words for the object's condition.
         condition: &'static str,
-        /// Why, in full, for the log.
-        why: String,
     },
 }
 
@@ -132,7 +131,7 @@ impl<'a> Checked<'a> {
                 "spec.userInfo went to the broker as the originating identity: the API server \
                  checked it",
             ),
-            Checked::Withheld { condition, .. } => {
+            Checked::Withheld { condition } => {
                 metrics.user_info_withheld(kind);
                 conditions::set(
                     conditions,
@@ -183,10 +182,9 @@ impl Guard {
                             controller's log says why";
         let since = match self.look_after(Instant::now()).await.verdict(plural) {
             Ok(since) => since,
-            Err(why) => {
+            Err(_) => {
                 return Checked::Withheld {
                     condition: not_in_force,
-                    why,
                 };
             }
         };
@@ -195,7 +193,6 @@ impl Guard {
             _ => Checked::Withheld {
                 condition: "the object is older than the API server's check of it (the \
                             ValidatingAdmissionPolicy brokkr-user-info as it is now)",
-                why: format!("created before the policy was last changed ({since})"),
             },
         }
     }

@@ -161,10 +161,6 @@ impl Error {
     }
 }
 
-/// How soon a reconcile whose write met a newer version of its object looks again (the watch
-/// delivering that version wakes it sooner).
-pub const CONFLICT_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
 impl From<projector::PathError> for Error {
     fn from(e: projector::PathError) -> Self {
         Error::Projector(e.into())

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::cluster::{cel_rules_served, kubectl, try_kubectl, without_cel_rules};
-use support::node::{documents, root, unserved_kinds};
+use support::node::{apply_crds, crds_established, documents, root, unserved_kinds};
 use support::{BIN, free_port};
 
 fn deploy(dir: &str) -> String {
@@ -368,27 +368,9 @@ fn every_kustomization_applies_to_a_real_api_server() {
 
     // The CRDs first, Established before anything uses their kinds.
     let crds = deploy("crds");
-    // Before Kubernetes 1.25 the API server drops the CRDs' CEL rules, and kubectl's own check
-    // refuses them: applied as docs/install.md says for such a server.
-    let validate = if cel_rules_served() {
-        "--validate=true"
-    } else {
-        "--validate=false"
-    };
-    kubectl(&["apply", validate, "--dry-run=server", "-k", &crds], "");
-    kubectl(&["apply", validate, "-k", &crds], "");
-    kubectl(
-        &[
-            "wait",
-            "--for",
-            "condition=Established",
-            "crd",
-            "-l",
-            "app.kubernetes.io/part-of=brokkr",
-            "--timeout=60s",
-        ],
-        "",
-    );
+    apply_crds(&["--dry-run=server"]);
+    apply_crds(&[]);
+    crds_established();
     let established = kubectl(
         &[
             "get",

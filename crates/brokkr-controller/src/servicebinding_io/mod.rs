@@ -40,7 +40,8 @@ use crate::finalizer;
 use crate::projector::Projection;
 use crate::resources::LocalObjectReference;
 use crate::resources::servicebinding_io::ServiceBinding;
-use crate::workloads::{CONFLICT_PAUSE, Error};
+use crate::status::STALE_RETRY;
+use crate::workloads::Error;
 use projection::{
     CONTROLLER, WORKLOAD_ANNOTATION, concerns, mapping_template, release_previous_kind,
     sync_workloads, workload_api,
@@ -92,7 +93,7 @@ pub async fn reconcile(binding: Arc<ServiceBinding>, ctx: Arc<Context>) -> Resul
         Err(e) if e.is_conflict() => {
             ctx.metrics.conflict(CONTROLLER);
             tracing::debug!(namespace = %binding.namespace().unwrap_or_default(), binding = %binding.name_any(), error = %e, "changed since read: looking again");
-            Ok(Action::requeue(CONFLICT_PAUSE))
+            Ok(Action::requeue(STALE_RETRY))
         }
         result => result,
     };

@@ -32,7 +32,8 @@ mod inject;
 mod kinds;
 mod status;
 
-use crate::workloads::{CONFLICT_PAUSE, Error};
+use crate::status::STALE_RETRY;
+use crate::workloads::Error;
 use inject::{CONTROLLER, RECHECK, inject, remove};
 pub use kinds::{create_shipped_usage_kinds, shipped_usage_kinds};
 use status::write_status;
@@ -51,7 +52,7 @@ pub async fn reconcile(
         Err(e) if e.is_conflict() => {
             ctx.metrics.conflict(CONTROLLER);
             tracing::debug!(namespace = %usage.namespace().unwrap_or_default(), usage = %usage.name_any(), error = %e, "changed since read: looking again");
-            Ok(Action::requeue(CONFLICT_PAUSE))
+            Ok(Action::requeue(STALE_RETRY))
         }
         result => result,
     };

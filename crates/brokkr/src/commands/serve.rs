@@ -129,6 +129,14 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
     for (name, kind) in kinds.0 {
         engine.register(&name, kind);
     }
+    // The broker names the plans in the engine's metrics, so it comes before the engine resumes
+    // any operation that could end under a plan's ids.
+    let broker = Arc::new(Broker::new(
+        Arc::new(config),
+        engine.clone(),
+        auth,
+        admin_auth,
+    ));
     engine.start().await.context("cannot start the engine")?;
 
     let listener = tokio::net::TcpListener::bind(listen)
@@ -136,12 +144,6 @@ pub async fn run(args: ServeArgs, kinds: crate::step_kinds::StepKinds) -> Result
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The owner id names this replica in the store's leases (`lease_owner`).
     info!(address = %listener.local_addr()?, store = %redact_url(&store_url), owner = %engine.owner(), "brokkr is serving the OSB API");
-    let broker = Arc::new(Broker::new(
-        Arc::new(config),
-        engine.clone(),
-        auth,
-        admin_auth,
-    ));
     let limits = server_limits(&args, &broker.config().broker);
     let check = Box::new(move |c: &Config| check_step_kinds(c, &available));
     crate::reload::spawn(args.config.clone(), broker.clone(), check)?;

@@ -97,6 +97,43 @@ pub fn unserved_kinds() -> Vec<&'static str> {
     unserved
 }
 
+/// kubectl's `--validate` for brokkr's CRDs, as docs/install.md says: off on an API server that
+/// does not keep CEL rules (before Kubernetes 1.25), since it drops the CRDs' rules and
+/// kubectl's own check refuses them.
+fn validation(cel_rules_served: bool) -> &'static str {
+    if cel_rules_served {
+        "--validate=true"
+    } else {
+        "--validate=false"
+    }
+}
+
+/// `kubectl apply -k deploy/crds` with `flags` (`--dry-run=server`, say), as docs/install.md
+/// says.
+pub fn apply_crds(flags: &[&str]) {
+    let crds = root().join("deploy/crds").display().to_string();
+    let mut args = vec!["apply", validation(cel_rules_served())];
+    args.extend(flags);
+    args.extend(["-k", &crds]);
+    kubectl(&args, "");
+}
+
+/// Waits until brokkr's CRDs are Established.
+pub fn crds_established() {
+    kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd",
+            "-l",
+            "app.kubernetes.io/part-of=brokkr",
+            "--timeout=60s",
+        ],
+        "",
+    );
+}
+
 /// brokkr installed from a kustomization of deploy/ as docs/install.md says: the CRDs first,
 /// the namespace and its Secrets, then an overlay of the user's own that names the image
 /// `brokkr:dev` (and, when given, replaces the broker's configuration), plus the roles of
@@ -113,28 +150,10 @@ impl Install {
     /// by `config` (a whole brokkr.yaml) when given, the files of deploy/rbac named in `rbac`,
     /// and `secrets` (YAML of the Secrets the kustomization reads) created first.
     pub fn apply(dir: &str, config: Option<&str>, rbac: &[&str], secrets: &str) -> Self {
-        // The CRDs, established before anything uses their kinds; before Kubernetes 1.25
-        // without their CEL rules (docs/install.md).
+        // The CRDs, established before anything uses their kinds.
+        apply_crds(&[]);
+        crds_established();
         let cel = cel_rules_served();
-        let validate = if cel {
-            "--validate=true"
-        } else {
-            "--validate=false"
-        };
-        let crds = root().join("deploy/crds").display().to_string();
-        kubectl(&["apply", validate, "-k", &crds], "");
-        kubectl(
-            &[
-                "wait",
-                "--for",
-                "condition=Established",
-                "crd",
-                "-l",
-                "app.kubernetes.io/part-of=brokkr",
-                "--timeout=60s",
-            ],
-            "",
-        );
         kubectl(
             &[
                 "apply",
@@ -187,7 +206,7 @@ impl Install {
         } else {
             // What `kubectl apply -k` would apply, less what this server does not serve.
             let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-            kubectl(&["apply", validate, "-f", "-"], &list.to_string());
+            kubectl(&["apply", validation(cel), "-f", "-"], &list.to_string());
         }
         let extra: Vec<String> = rbac
             .iter()
